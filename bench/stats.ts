@@ -1,0 +1,32 @@
+/** Small statistics helpers shared by the benchmarks. */
+
+/** The q-quantile (0..1) of `samples` (nearest rank). */
+export function quantile(samples: readonly number[], q: number): number {
+  if (samples.length === 0) return Number.NaN;
+  const sorted = [...samples].sort((a, b) => a - b);
+  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
+  return sorted[rank]!;
+}
+
+/** Median of `samples`. */
+export function median(samples: readonly number[]): number {
+  return quantile(samples, 0.5);
+}
+
+/** Runs `fn` `warmup` times untimed, then `reps` times, returning each duration in ms. */
+export async function timeIt(fn: () => Promise<unknown>, reps: number, warmup = 0): Promise<number[]> {
+  for (let i = 0; i < warmup; i++) await fn();
+  const out: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    const t0 = performance.now();
+    await fn();
+    out.push(performance.now() - t0);
+  }
+  return out;
+}
+
+/** Rounds to `digits` decimals, for readable JSON. */
+export function round(value: number, digits = 3): number {
+  const f = 10 ** digits;
+  return Math.round(value * f) / f;
+}

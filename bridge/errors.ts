@@ -1,0 +1,118 @@
+/**
+ * Typed errors. Every error posttrain throws is a {@link PosttrainError} with a stable `code`,
+ * so callers can branch on `err.code` (or `instanceof`) instead of parsing messages.
+ */
+export class PosttrainError extends Error {
+  /** Stable machine-readable code, e.g. `"WORKER_DIED"` or `"KEY_NOT_FOUND"`. */
+  readonly code: string;
+
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** Bytes that are not a valid posttrain Arrow stream or raw tensor frame. */
+export class WireFormatError extends PosttrainError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("WIRE_FORMAT", message, options);
+  }
+}
+
+/** A message that breaks the envelope protocol (bad envelope, version mismatch, unexpected reply). */
+export class ProtocolError extends PosttrainError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("PROTOCOL", message, options);
+  }
+}
+
+/** Error codes a worker may answer with (docs/protocol.md). */
+export type WorkerErrorCode =
+  | "BAD_ENVELOPE"
+  | "UNSUPPORTED_VERSION"
+  | "UNKNOWN_METHOD"
+  | "BAD_ARGUMENTS"
+  | "BAD_PAYLOAD"
+  | "PAYLOAD_TOO_LARGE"
+  | "CANCELLED"
+  | "INTERNAL"
+  | (string & {});
+
+/** The worker received the request and answered with an error; the worker is still serving. */
+export class WorkerError extends PosttrainError {
+  /** The method that failed. */
+  readonly method: string;
+  /** Extra facts from the worker (for `INTERNAL`: `type` and `traceback`). */
+  readonly details: Readonly<Record<string, unknown>>;
+
+  constructor(code: WorkerErrorCode, method: string, message: string, details: Record<string, unknown> = {}) {
+    super(code, `${method}: ${message}`);
+    this.method = method;
+    this.details = details;
+  }
+}
+
+/** A request got no reply within its timeout. */
+export class RequestTimeoutError extends PosttrainError {
+  constructor(method: string, timeoutMs: number) {
+    super("TIMEOUT", `${method}: no reply within ${timeoutMs} ms`);
+  }
+}
+
+/** A request was cancelled through its AbortSignal. */
+export class RequestAbortedError extends PosttrainError {
+  constructor(method: string, reason?: unknown) {
+    super("ABORTED", `${method}: aborted${reason instanceof Error ? ` (${reason.message})` : ""}`, { cause: reason });
+  }
+}
+
+/** The connection was closed (by `close()`) while the request was pending, or before it was sent. */
+export class ConnectionClosedError extends PosttrainError {
+  constructor(message: string) {
+    super("CONNECTION_CLOSED", message);
+  }
+}
+
+/** The worker process exited; every request pending on it is rejected with this error. */
+export class WorkerDiedError extends PosttrainError {
+  /** Exit code, or `null` when it was killed by a signal. */
+  readonly exitCode: number | null;
+  /** The signal that killed it, or `null`. */
+  readonly signal: string | null;
+  /** The last lines the worker wrote to stderr. */
+  readonly stderrTail: string;
+
+  constructor(workerName: string, exitCode: number | null, signal: string | null, stderrTail: string) {
+    const how = signal !== null ? `was killed by ${signal}` : `exited with code ${String(exitCode)}`;
+    const tail = stderrTail.trim() === "" ? " (no stderr output)" : `; last stderr lines:\n${stderrTail}`;
+    super("WORKER_DIED", `worker ${workerName} ${how}${tail}`);
+    this.exitCode = exitCode;
+    this.signal = signal;
+    this.stderrTail = stderrTail;
+  }
+}
+
+/** The worker process could not be started or did not become ready. */
+export class WorkerStartError extends PosttrainError {
+  readonly stderrTail: string;
+
+  constructor(message: string, stderrTail = "") {
+    super("WORKER_START_FAILED", stderrTail.trim() === "" ? message : `${message}; last stderr lines:\n${stderrTail}`);
+    this.stderrTail = stderrTail;
+  }
+}
+
+/** The worker stopped answering heartbeats while its process is still alive. */
+export class WorkerUnresponsiveError extends PosttrainError {
+  constructor(workerName: string, silentMs: number) {
+    super("WORKER_UNRESPONSIVE", `worker ${workerName} answered no heartbeat for ${silentMs} ms`);
+  }
+}
+
+/** An option or argument that does not fit; the message names the field and what was expected. */
+export class InvalidArgumentError extends PosttrainError {
+  constructor(message: string) {
+    super("INVALID_ARGUMENT", message);
+  }
+}

@@ -1,0 +1,28 @@
+/**
+ * posttrain bridge: the transport layer between TypeScript and the Python workers — ZeroMQ sockets,
+ * the envelope protocol, the Arrow codec, worker process supervision. It knows nothing of RL.
+ */
+export * from "./errors.js";
+export * from "./wire/index.js";
+export {
+  PROTOCOL_VERSION,
+  WorkerInfoSchema,
+  type HeartbeatReply,
+  type PayloadDescriptor,
+  type WorkerInfo,
+} from "./protocol/envelope.js";
+export type { Payload } from "./protocol/payload.js";
+export { RpcChannel, type RequestOptions, type RpcChannelOptions, type RpcReply } from "./protocol/channel.js";
+export type { Transport, TransportHandler } from "./transport/transport.js";
+export { ZmqDealerTransport, type ZmqDealerOptions } from "./transport/zmq.js";
+export { InMemoryTransport } from "./transport/memory.js";
+export { WorkerProcess, type WorkerExit, type WorkerLogMode, type WorkerProcessOptions, type WorkerReady } from "./worker/process.js";
+export { WorkerConnection, type ConnectionOptions, type OpenConnectionOptions } from "./worker/connection.js";
+export {
+  countCudaDevices,
+  launchLocalWorkers,
+  type LocalDevice,
+  type LocalWorkers,
+  type LocalWorkersOptions,
+} from "./worker/local.js";
+export { packageRoot, resolvePython } from "./worker/python.js";

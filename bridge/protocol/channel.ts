@@ -1,0 +1,274 @@
+import {
+  ConnectionClosedError,
+  PosttrainError,
+  ProtocolError,
+  RequestAbortedError,
+  RequestTimeoutError,
+  WorkerError,
+} from "../errors.js";
+import type { Transport } from "../transport/transport.js";
+import type { DType } from "../wire/dtypes.js";
+import {
+  PROTOCOL_VERSION,
+  decodeWorkerMessage,
+  encodeEnvelope,
+  type ClientMessage,
+  type HeartbeatReply,
+  type PayloadDescriptor,
+  type ResponseEnvelope,
+} from "./envelope.js";
+import type { Payload } from "./payload.js";
+
+/** Per-request options. */
+export interface RequestOptions {
+  /** Milliseconds to wait for the reply; `0` waits forever. Defaults to the channel's `requestTimeoutMs`. */
+  readonly timeoutMs?: number;
+  /** Cancels the request: it is rejected with `RequestAbortedError` and the worker drops it if not started. */
+  readonly signal?: AbortSignal;
+}
+
+/** A successful reply. */
+export interface RpcReply {
+  readonly result: Readonly<Record<string, unknown>>;
+  readonly payloads: readonly Payload[];
+}
+
+/** Options of {@link RpcChannel}. */
+export interface RpcChannelOptions {
+  /** Name used in error messages, e.g. `"worker 0"`. */
+  readonly name: string;
+  /** Default per-request timeout in ms; `0` (the default) waits forever. */
+  readonly requestTimeoutMs?: number;
+  /** Called for messages that cannot be routed to a request (malformed, unknown id). */
+  readonly onProtocolError?: (error: ProtocolError) => void;
+}
+
+interface Pending {
+  readonly method: string;
+  readonly resolve: (reply: RpcReply) => void;
+  readonly reject: (error: Error) => void;
+  readonly cleanup: () => void;
+}
+
+interface PendingHeartbeat {
+  readonly resolve: (reply: HeartbeatReply) => void;
+  readonly reject: (error: Error) => void;
+}
+
+/**
+ * The client end of the envelope protocol over one transport: request ids, many requests in flight,
+ * per-request timeouts, AbortSignal cancellation, heartbeats. Once failed (`fail`), every pending and
+ * future request is rejected with the failure error: no promise hangs.
+ */
+export class RpcChannel {
+  private readonly pending = new Map<number, Pending>();
+  private readonly heartbeats = new Map<number, PendingHeartbeat>();
+  private nextId = 1;
+  private failure: Error | undefined;
+  private lastMessageAt = Date.now();
+
+  constructor(
+    private readonly transport: Transport,
+    private readonly options: RpcChannelOptions,
+  ) {
+    transport.start({
+      message: (frames) => {
+        this.onMessage(frames);
+      },
+      closed: (error) => {
+        this.fail(error ?? new ConnectionClosedError(`${options.name}: connection closed`));
+      },
+    });
+  }
+
+  /** Requests awaiting a reply. */
+  get inFlight(): number {
+    return this.pending.size;
+  }
+
+  /** `Date.now()` when the last message arrived from the peer. */
+  get lastMessageTime(): number {
+    return this.lastMessageAt;
+  }
+
+  /** The error this channel failed with, if it has. */
+  get failedWith(): Error | undefined {
+    return this.failure;
+  }
+
+  /** Calls `method` on the worker with JSON `args` and payload frames. */
+  request(
+    method: string,
+    args: Record<string, unknown> = {},
+    payloads: readonly Payload[] = [],
+    options: RequestOptions = {},
+  ): Promise<RpcReply> {
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    const signal = options.signal;
+    if (signal?.aborted === true) return Promise.reject(new RequestAbortedError(method, signal.reason));
+    const id = this.nextId++;
+    const timeoutMs = options.timeoutMs ?? this.options.requestTimeoutMs ?? 0;
+    const envelope: ClientMessage = {
+      v: PROTOCOL_VERSION,
+      type: "request",
+      id,
+      method,
+      args,
+      payloads: payloads.map(describePayload),
+    };
+    return new Promise<RpcReply>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const onAbort = (): void => {
+        this.abandon(id, new RequestAbortedError(method, signal?.reason));
+      };
+      const cleanup = (): void => {
+        if (timer !== undefined) clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+      };
+      this.pending.set(id, { method, resolve, reject, cleanup });
+      if (timeoutMs > 0) {
+        timer = setTimeout(() => {
+          this.abandon(id, new RequestTimeoutError(method, timeoutMs));
+        }, timeoutMs);
+      }
+      signal?.addEventListener("abort", onAbort, { once: true });
+      const frames = [encodeEnvelope(envelope), ...payloads.map((p) => p.data)];
+      this.transport.send(frames).catch((err: unknown) => {
+        this.settle(id, (p) => {
+          p.reject(err instanceof Error ? err : new ConnectionClosedError(String(err)));
+        });
+      });
+    });
+  }
+
+  /** Sends a heartbeat and resolves with the worker's answer (answered even while the worker computes). */
+  heartbeat(timeoutMs: number): Promise<HeartbeatReply> {
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    const id = this.nextId++;
+    return new Promise<HeartbeatReply>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.heartbeats.delete(id);
+        reject(new RequestTimeoutError("heartbeat", timeoutMs));
+      }, timeoutMs);
+      this.heartbeats.set(id, {
+        resolve: (reply) => {
+          clearTimeout(timer);
+          resolve(reply);
+        },
+        reject: (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      });
+      this.transport.send([encodeEnvelope({ v: PROTOCOL_VERSION, type: "heartbeat", id })]).catch((err: unknown) => {
+        this.heartbeats.delete(id);
+        clearTimeout(timer);
+        reject(err instanceof Error ? err : new ConnectionClosedError(String(err)));
+      });
+    });
+  }
+
+  /** Rejects every pending and future request with `error`, and closes the transport. Idempotent. */
+  fail(error: Error): void {
+    if (this.failure !== undefined) return;
+    this.failure = error;
+    for (const id of [...this.pending.keys()]) this.settle(id, (p) => { p.reject(error); });
+    for (const [id, hb] of this.heartbeats) {
+      this.heartbeats.delete(id);
+      hb.reject(error);
+    }
+    void this.transport.close();
+  }
+
+  /** Closes the channel: pending requests are rejected with `ConnectionClosedError`. */
+  async close(): Promise<void> {
+    this.fail(new ConnectionClosedError(`${this.options.name}: connection closed by the client`));
+    await this.transport.close();
+  }
+
+  private abandon(id: number, error: PosttrainError): void {
+    if (!this.pending.has(id)) return;
+    this.settle(id, (p) => { p.reject(error); });
+    // Best effort: tell the worker to drop it if it has not started.
+    if (this.failure === undefined) {
+      this.transport.send([encodeEnvelope({ v: PROTOCOL_VERSION, type: "cancel", id })]).catch(() => undefined);
+    }
+  }
+
+  private settle(id: number, action: (pending: Pending) => void): void {
+    const p = this.pending.get(id);
+    if (p === undefined) return;
+    this.pending.delete(id);
+    p.cleanup();
+    action(p);
+  }
+
+  private onMessage(frames: Uint8Array[]): void {
+    this.lastMessageAt = Date.now();
+    const head = frames[0];
+    if (head === undefined) return;
+    const decoded = decodeWorkerMessage(head);
+    if (!decoded.ok) {
+      this.reportProtocolError(`${this.options.name}: ${decoded.problem}`);
+      return;
+    }
+    const message = decoded.message;
+    if (message.type === "heartbeat") {
+      const hb = this.heartbeats.get(message.id);
+      this.heartbeats.delete(message.id);
+      hb?.resolve(message);
+      return;
+    }
+    if (message.id === null) {
+      const what = message.error !== undefined ? `${message.error.code}: ${message.error.message}` : "no error";
+      this.reportProtocolError(`${this.options.name}: worker could not read one of our envelopes (${what})`);
+      return;
+    }
+    const id = message.id;
+    const pending = this.pending.get(id);
+    if (pending === undefined) return; // a late reply to a request that timed out or was aborted
+    this.settle(id, (p) => {
+      const outcome = toReply(p.method, message, frames.slice(1));
+      if (outcome instanceof Error) p.reject(outcome);
+      else p.resolve(outcome);
+    });
+  }
+
+  private reportProtocolError(message: string): void {
+    const error = new ProtocolError(message);
+    if (this.options.onProtocolError !== undefined) this.options.onProtocolError(error);
+    else process.emitWarning(error.message, "PosttrainProtocolWarning");
+  }
+}
+
+function describePayload(payload: Payload): PayloadDescriptor {
+  if (payload.kind === "tensor") {
+    const base = { kind: "tensor" as const, dtype: payload.dtype, shape: [...payload.shape] };
+    return payload.name === undefined ? base : { ...base, name: payload.name };
+  }
+  return { kind: payload.kind };
+}
+
+function toReply(method: string, message: ResponseEnvelope, frames: Uint8Array[]): RpcReply | Error {
+  if (!message.ok) {
+    const error = message.error ?? { code: "INTERNAL", message: "failed without an error object" };
+    return new WorkerError(error.code, method, error.message, error.details ?? {});
+  }
+  if (frames.length !== message.payloads.length) {
+    return new ProtocolError(
+      `${method}: reply describes ${message.payloads.length} payload frame(s) but carries ${frames.length}`,
+    );
+  }
+  const payloads: Payload[] = message.payloads.map((descriptor, i) => attach(descriptor, frames[i]!));
+  return { result: message.result ?? {}, payloads };
+}
+
+function attach(descriptor: PayloadDescriptor, data: Uint8Array): Payload {
+  if (descriptor.kind === "tensor") {
+    const dtype: DType = descriptor.dtype;
+    return descriptor.name === undefined
+      ? { kind: "tensor", dtype, shape: descriptor.shape, data }
+      : { kind: "tensor", dtype, shape: descriptor.shape, name: descriptor.name, data };
+  }
+  return { kind: descriptor.kind, data };
+}

@@ -1,0 +1,61 @@
+import { Dealer } from "zeromq";
+import { ConnectionClosedError } from "../errors.js";
+import type { Transport, TransportHandler } from "./transport.js";
+
+/** Options of {@link ZmqDealerTransport}. */
+export interface ZmqDealerOptions {
+  /** Endpoint of the worker's ROUTER, e.g. `ipc:///tmp/x/worker-0.sock` or `tcp://127.0.0.1:5555`. */
+  readonly endpoint: string;
+}
+
+/**
+ * A ZeroMQ DEALER connected to one worker's ROUTER. zeromq.js allows one pending send and one pending
+ * receive per socket, so this class owns the socket: a single receive loop and a FIFO send queue.
+ */
+export class ZmqDealerTransport implements Transport {
+  private readonly socket: Dealer;
+  private sendTail: Promise<void> = Promise.resolve();
+  private closing = false;
+  private handler: TransportHandler | undefined;
+
+  constructor(options: ZmqDealerOptions) {
+    // linger 0: close() must not block on unsent messages to a worker that may be gone.
+    this.socket = new Dealer({ linger: 0, sendHighWaterMark: 0, receiveHighWaterMark: 0 });
+    this.socket.connect(options.endpoint);
+  }
+
+  start(handler: TransportHandler): void {
+    if (this.handler !== undefined) throw new Error("transport already started");
+    this.handler = handler;
+    void this.receiveLoop(handler);
+  }
+
+  send(frames: readonly Uint8Array[]): Promise<void> {
+    if (this.closing) return Promise.reject(new ConnectionClosedError("transport is closed"));
+    const next = this.sendTail.then(async () => {
+      if (this.closing) throw new ConnectionClosedError("transport is closed");
+      await this.socket.send(frames as Uint8Array[]);
+    });
+    // Keep the queue going after a failed send; the caller still sees the failure through `next`.
+    this.sendTail = next.catch(() => undefined);
+    return next;
+  }
+
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    this.socket.close();
+    await Promise.resolve();
+  }
+
+  private async receiveLoop(handler: TransportHandler): Promise<void> {
+    try {
+      for (;;) {
+        const frames = await this.socket.receive();
+        handler.message(frames);
+      }
+    } catch (err) {
+      handler.closed(this.closing ? undefined : (err as Error));
+    }
+  }
+}

@@ -1,0 +1,562 @@
+/**
+ * The decoder of posttrain Arrow IPC streams (docs/protocol.md, "TensorDict payloads") into {@link WireBatch}.
+ *
+ * Arrow parsing is apache-arrow's `RecordBatchReader`; this module checks the stream framing first (so a
+ * truncated stream is reported as such instead of being read short) and verifies each message flatbuffer
+ * (`verify.ts`: the flatbuffers JS runtime has no verifier), then maps each Arrow column back to a wire column
+ * using the `posttrain.*` and `ARROW:extension:*` metadata, checking every length it relies on.
+ *
+ * With one record batch the returned TypedArrays are views into the input (no copy) as long as the input starts
+ * 8-byte aligned; an unaligned input is copied once first. Several record batches are concatenated (copied).
+ */
+import { DataType, Message, MessageHeader, RecordBatchReader, type Data, type Field, type RecordBatch } from "apache-arrow";
+
+import { WireFormatError } from "../errors.js";
+import { isDType, itemSize, typedArrayConstructor, type AnyTypedArray, type DType } from "./dtypes.js";
+import { FIXED_SHAPE_TENSOR, META_KEYS, WIRE_FORMAT_VERSION } from "./encode.js";
+import { verifyMessageFlatbuffer } from "./verify.js";
+import type { WireBatch, WireColumn, WireColumns, WireDense, WireRagged, WireStrings, WireStruct } from "./types.js";
+
+const CONTINUATION = 0xffffffff;
+
+/** The Arrow storage type (as apache-arrow prints it) that carries each dtype. */
+const STORAGE_NAME: { readonly [D in DType]: string } = {
+  float32: "Float32",
+  float64: "Float64",
+  float16: "Float16",
+  bfloat16: "Uint16",
+  int64: "Int64",
+  int32: "Int32",
+  int16: "Int16",
+  int8: "Int8",
+  uint8: "Uint8",
+  bool: "Uint8",
+};
+
+function where(path: readonly string[]): string {
+  return `column "${path.join("/")}"`;
+}
+
+function bad(path: readonly string[], message: string): never {
+  throw new WireFormatError(`invalid tensordict payload: ${where(path)}: ${message}`);
+}
+
+function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Framing
+
+/**
+ * Walks the encapsulated messages: continuation markers, metadata lengths, body lengths and buffer regions must
+ * all lie inside `bytes`, the first message must be a schema, the others uncompressed record batches, and the
+ * stream must end with the end-of-stream marker exactly at the end of `bytes`. Returns the number of record batches.
+ */
+function checkFraming(bytes: Uint8Array): number {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const n = bytes.byteLength;
+  let pos = 0;
+  for (let index = 0; ; index++) {
+    if (n - pos < 8) {
+      throw new WireFormatError(
+        `truncated Arrow stream: expected a message header (8 bytes) at byte ${pos}, but ${n - pos} bytes remain` +
+          (n === 0 ? " (empty payload)" : ""),
+      );
+    }
+    const marker = view.getUint32(pos, true);
+    if (marker !== CONTINUATION) {
+      throw new WireFormatError(
+        `not an Arrow IPC stream: expected the continuation marker 0xFFFFFFFF at byte ${pos}, ` +
+          `found 0x${marker.toString(16).padStart(8, "0").toUpperCase()}`,
+      );
+    }
+    const metadataLength = view.getInt32(pos + 4, true);
+    if (metadataLength === 0) {
+      if (index === 0) throw new WireFormatError("invalid Arrow stream: end-of-stream marker before the schema");
+      if (pos + 8 !== n) {
+        throw new WireFormatError(`invalid Arrow stream: ${n - pos - 8} unexpected bytes after the end-of-stream marker`);
+      }
+      return index - 1;
+    }
+    if (metadataLength < 0 || metadataLength % 8 !== 0) {
+      throw new WireFormatError(
+        `invalid Arrow stream: message ${index} at byte ${pos} declares metadata length ${metadataLength} ` +
+          "(expected a positive multiple of 8)",
+      );
+    }
+    const metadataEnd = pos + 8 + metadataLength;
+    if (metadataEnd > n) {
+      throw new WireFormatError(
+        `truncated Arrow stream: message ${index} at byte ${pos} declares ${metadataLength} bytes of metadata, ` +
+          `but ${n - pos - 8} bytes remain`,
+      );
+    }
+    let message: Message;
+    try {
+      const metadata = bytes.subarray(pos + 8, metadataEnd);
+      verifyMessageFlatbuffer(metadata);
+      message = Message.decode(metadata);
+    } catch (err) {
+      throw new WireFormatError(`invalid Arrow stream: cannot read message ${index} at byte ${pos}: ${errorMessage(err)}`, {
+        cause: err,
+      });
+    }
+    const bodyLength = message.bodyLength;
+    if (!Number.isSafeInteger(bodyLength) || bodyLength < 0) {
+      throw new WireFormatError(`invalid Arrow stream: message ${index} declares body length ${bodyLength}`);
+    }
+    if (metadataEnd + bodyLength > n) {
+      throw new WireFormatError(
+        `truncated Arrow stream: message ${index} at byte ${pos} declares a body of ${bodyLength} bytes, ` +
+          `but ${n - metadataEnd} bytes remain`,
+      );
+    }
+    checkMessage(message, index, bodyLength);
+    pos = metadataEnd + bodyLength;
+  }
+}
+
+function checkMessage(message: Message, index: number, bodyLength: number): void {
+  const type = message.headerType as MessageHeader;
+  if (index === 0) {
+    if (type !== MessageHeader.Schema) {
+      throw new WireFormatError(`invalid Arrow stream: the first message must be a schema, found header type ${type}`);
+    }
+    return;
+  }
+  if (type === MessageHeader.DictionaryBatch) {
+    throw new WireFormatError("unsupported Arrow stream: dictionary batches are not part of the posttrain format");
+  }
+  if (type !== MessageHeader.RecordBatch) {
+    throw new WireFormatError(`invalid Arrow stream: message ${index} has header type ${type}, expected a record batch`);
+  }
+  let regions: ReadonlyArray<{ offset: number; length: number }>;
+  try {
+    const header = message.header() as unknown as {
+      buffers: ReadonlyArray<{ offset: number; length: number }>;
+      compression: unknown;
+    };
+    if (header.compression !== null && header.compression !== undefined) {
+      throw new WireFormatError("unsupported Arrow stream: compressed record batches are not supported");
+    }
+    regions = header.buffers;
+  } catch (err) {
+    if (err instanceof WireFormatError) throw err;
+    throw new WireFormatError(`invalid Arrow stream: cannot read record batch ${index}: ${errorMessage(err)}`, {
+      cause: err,
+    });
+  }
+  for (const [i, region] of regions.entries()) {
+    const { offset, length } = region;
+    if (!(offset >= 0 && length >= 0 && offset + length <= bodyLength)) {
+      throw new WireFormatError(
+        `invalid Arrow stream: buffer ${i} of message ${index} (offset ${offset}, length ${length}) ` +
+          `lies outside its ${bodyLength}-byte body`,
+      );
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Metadata
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+function isIntArray(value: unknown, min: number): value is number[] {
+  return Array.isArray(value) && value.every((d) => typeof d === "number" && Number.isSafeInteger(d) && d >= min);
+}
+
+function product(shape: readonly number[]): number {
+  let n = 1;
+  for (const d of shape) n *= d;
+  return n;
+}
+
+function readBatchSize(metadata: ReadonlyMap<string, string>): number[] {
+  const version = metadata.get(META_KEYS.version);
+  if (version === undefined) {
+    throw new WireFormatError(`invalid tensordict payload: the schema metadata has no "${META_KEYS.version}"`);
+  }
+  if (version !== WIRE_FORMAT_VERSION) {
+    throw new WireFormatError(
+      `unsupported tensordict payload: "${META_KEYS.version}" is ${JSON.stringify(version)}, ` +
+        `this reader knows ${JSON.stringify(WIRE_FORMAT_VERSION)}`,
+    );
+  }
+  const text = metadata.get(META_KEYS.batchSize);
+  if (text === undefined) {
+    throw new WireFormatError(`invalid tensordict payload: the schema metadata has no "${META_KEYS.batchSize}"`);
+  }
+  const value = parseJson(text);
+  if (!isIntArray(value, 0) || !Number.isSafeInteger(product(value))) {
+    throw new WireFormatError(
+      `invalid tensordict payload: "${META_KEYS.batchSize}" must be a JSON array of non-negative integers, ` +
+        `found ${JSON.stringify(text)}`,
+    );
+  }
+  return value;
+}
+
+function readDType(field: Field, path: readonly string[]): DType {
+  const dtype = field.metadata.get(META_KEYS.dtype);
+  if (dtype === undefined) bad(path, `the field has no "${META_KEYS.dtype}" metadata`);
+  if (!isDType(dtype)) bad(path, `unknown "${META_KEYS.dtype}" ${JSON.stringify(dtype)}`);
+  return dtype;
+}
+
+/** How apache-arrow prints a type, e.g. `Float32` or `List<Uint16>`. */
+function typeName(type: DataType): string {
+  return (type as unknown as { toString(): string }).toString();
+}
+
+function checkStorage(type: DataType, dtype: DType, path: readonly string[], what: string): void {
+  const expected = STORAGE_NAME[dtype];
+  const isNumeric = DataType.isInt(type) || DataType.isFloat(type);
+  if (!isNumeric || typeName(type) !== expected) {
+    bad(path, `dtype ${dtype} must be stored as ${expected}, found ${what}${typeName(type)}`);
+  }
+}
+
+function readFixedShape(field: Field, listSize: number, path: readonly string[]): number[] {
+  const name = field.metadata.get(META_KEYS.extensionName);
+  if (name !== FIXED_SHAPE_TENSOR) {
+    bad(
+      path,
+      `a FixedSizeList column must carry "${META_KEYS.extensionName}" = "${FIXED_SHAPE_TENSOR}", ` +
+        `found ${name === undefined ? "none" : JSON.stringify(name)}`,
+    );
+  }
+  const text = field.metadata.get(META_KEYS.extensionMetadata) ?? "";
+  const meta = parseJson(text);
+  const shape: unknown = typeof meta === "object" && meta !== null ? (meta as { shape?: unknown }).shape : undefined;
+  if (!isIntArray(shape, 0) || shape.length === 0) {
+    bad(path, `"${META_KEYS.extensionMetadata}" must be a JSON object with a non-empty "shape", found ${JSON.stringify(text)}`);
+  }
+  const permutation = (meta as { permutation?: unknown }).permutation;
+  if (permutation !== undefined && permutation !== null) {
+    const identity = Array.isArray(permutation) && permutation.every((p, i) => p === i);
+    if (!identity) bad(path, `fixed_shape_tensor permutation ${JSON.stringify(permutation)} is not supported`);
+  }
+  if (product(shape) !== listSize) {
+    bad(path, `the row shape ${JSON.stringify(shape)} has ${product(shape)} elements, but the list size is ${listSize}`);
+  }
+  return shape;
+}
+
+function readRaggedShape(field: Field, listSize: number | null, path: readonly string[]): number[] {
+  const text = field.metadata.get(META_KEYS.shape);
+  if (text === undefined) bad(path, `a List column must carry "${META_KEYS.shape}" metadata`);
+  const shape = parseJson(text);
+  if (!isIntArray(shape, -1) || shape[0] !== -1 || shape.slice(1).some((d) => d < 0)) {
+    bad(path, `"${META_KEYS.shape}" must be [-1, ...non-negative integers], found ${JSON.stringify(text)}`);
+  }
+  const tail = shape.slice(1);
+  if (listSize === null && tail.length > 0) {
+    bad(path, `"${META_KEYS.shape}" ${text} has a tail shape, but the list items are not fixed-size lists`);
+  }
+  if (listSize !== null && (tail.length === 0 || product(tail) !== listSize)) {
+    bad(path, `"${META_KEYS.shape}" ${text} does not match the item list size ${listSize}`);
+  }
+  return tail;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Columns of one record batch
+
+function checkNode(data: Data, expectedLength: number, path: readonly string[], what: string): void {
+  if (data.length !== expectedLength) {
+    bad(path, `${what} has ${data.length} entries, expected ${expectedLength}`);
+  }
+  if (data.nullCount > 0) bad(path, `${what} has ${data.nullCount} nulls; the posttrain format has no nulls`);
+}
+
+/** The offsets of a List or Utf8 node, checked: `length + 1` non-negative, non-decreasing, last ≤ `childLength`. */
+function listOffsets(data: Data, childLength: number, path: readonly string[]): Int32Array {
+  const raw: unknown = data.valueOffsets;
+  if (!(raw instanceof Int32Array)) bad(path, "cannot read the offsets buffer");
+  const rows = data.length;
+  if (rows === 0 && raw.length === 0) return new Int32Array(1);
+  if (raw.length < data.offset + rows + 1) {
+    bad(path, `the offsets buffer holds ${raw.length} entries, expected ${data.offset + rows + 1}`);
+  }
+  const offsets = raw.subarray(data.offset, data.offset + rows + 1);
+  if (offsets[0]! < 0) bad(path, `offsets[0] is ${offsets[0]!}, expected >= 0`);
+  for (let i = 0; i < rows; i++) {
+    if (offsets[i + 1]! < offsets[i]!) {
+      bad(path, `offsets must be non-decreasing, found offsets[${i}] = ${offsets[i]!} > offsets[${i + 1}] = ${offsets[i + 1]!}`);
+    }
+  }
+  if (offsets[rows]! > childLength) bad(path, `the last offset is ${offsets[rows]!}, but the values hold ${childLength}`);
+  return offsets;
+}
+
+const UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+function readStrings(data: Data, rows: number, path: readonly string[]): WireStrings {
+  checkNode(data, rows, path, "the column");
+  const bytes: unknown = data.values;
+  if (!(bytes instanceof Uint8Array)) bad(path, "cannot read the string data buffer");
+  const offsets = listOffsets(data, bytes.length, path);
+  const values: string[] = new Array<string>(rows);
+  for (let i = 0; i < rows; i++) {
+    const a = offsets[i]!;
+    const b = offsets[i + 1]!;
+    try {
+      values[i] = a === b ? "" : UTF8.decode(bytes.subarray(a, b));
+    } catch (err) {
+      bad(path, `row ${i} is not valid UTF-8 (${errorMessage(err)})`);
+    }
+  }
+  return { kind: "strings", values };
+}
+
+function readColumn(field: Field, data: Data, rows: number, path: readonly string[]): WireColumn {
+  const type = field.type as DataType;
+  if (DataType.isStruct(type)) {
+    checkNode(data, rows, path, "the column");
+    const children = type.children;
+    if (data.children.length !== children.length) bad(path, "the struct data does not match its fields");
+    const columns: [string, WireColumn][] = children.map((child, i) => [
+      child.name,
+      readColumn(child, data.children[i]!, rows, [...path, child.name]),
+    ]);
+    checkUniqueNames(columns, path);
+    return { kind: "struct", columns } satisfies WireStruct;
+  }
+  if (DataType.isUtf8(type)) return readStrings(data, rows, path);
+  if (DataType.isInt(type) || DataType.isFloat(type)) {
+    const dtype = readDType(field, path);
+    checkStorage(type, dtype, path, "");
+    checkNode(data, rows, path, "the column");
+    return { kind: "dense", dtype, rowShape: [], data: primitiveValuesAt(data, dtype, 0, rows, path) };
+  }
+  if (DataType.isFixedSizeList(type)) {
+    const dtype = readDType(field, path);
+    const child = data.children[0];
+    const itemType = type.children[0]?.type as DataType | undefined;
+    if (child === undefined || itemType === undefined) bad(path, "the FixedSizeList has no child");
+    checkStorage(itemType, dtype, path, "FixedSizeList of ");
+    const rowShape = readFixedShape(field, type.listSize, path);
+    checkNode(data, rows, path, "the column");
+    const count = rows * type.listSize;
+    checkNode(child, data.offset * type.listSize + count, path, "the FixedSizeList child");
+    const values = primitiveValuesAt(child, dtype, data.offset * type.listSize, count, path);
+    return { kind: "dense", dtype, rowShape, data: values };
+  }
+  if (DataType.isList(type)) {
+    const dtype = readDType(field, path);
+    const child = data.children[0];
+    const itemType = type.children[0]?.type as DataType | undefined;
+    if (child === undefined || itemType === undefined) bad(path, "the List has no child");
+    checkNode(data, rows, path, "the column");
+    if (child.nullCount > 0) bad(path, "the list items have nulls; the posttrain format has no nulls");
+    let tailShape: number[];
+    let perItem = 1;
+    let leaf = child;
+    if (DataType.isFixedSizeList(itemType)) {
+      const leafType = itemType.children[0]?.type as DataType | undefined;
+      const grandchild = child.children[0];
+      if (leafType === undefined || grandchild === undefined) bad(path, "the List item FixedSizeList has no child");
+      checkStorage(leafType, dtype, path, "List of FixedSizeList of ");
+      tailShape = readRaggedShape(field, itemType.listSize, path);
+      perItem = itemType.listSize;
+      checkNode(grandchild, child.length * perItem, path, "the FixedSizeList child");
+      leaf = grandchild;
+    } else {
+      checkStorage(itemType, dtype, path, "List of ");
+      tailShape = readRaggedShape(field, null, path);
+    }
+    const offsets = listOffsets(data, child.length, path);
+    const values = primitiveValuesAt(leaf, dtype, 0, child.length * perItem, path);
+    return { kind: "ragged", dtype, tailShape, values, offsets };
+  }
+  return bad(path, `unsupported Arrow type ${typeName(type)}`);
+}
+
+/** `count` elements of a primitive node starting at element `start` (relative to the node's own offset). */
+function primitiveValuesAt(data: Data, dtype: DType, start: number, count: number, path: readonly string[]): AnyTypedArray {
+  const values: unknown = data.values;
+  const ctor = typedArrayConstructor(dtype);
+  if (count === 0) return new ctor(0);
+  if (!(values instanceof ctor)) bad(path, `cannot read the ${dtype} values buffer`);
+  const from = data.offset + start;
+  if (values.length < from + count) {
+    bad(path, `the values buffer holds ${values.length * itemSize(dtype)} bytes, expected ${(from + count) * itemSize(dtype)}`);
+  }
+  return values.subarray(from, from + count);
+}
+
+function checkUniqueNames(columns: ReadonlyArray<readonly [string, WireColumn]>, path: readonly string[]): void {
+  const seen = new Set<string>();
+  for (const [name] of columns) {
+    if (seen.has(name)) bad([...path, name], "duplicate key");
+    seen.add(name);
+  }
+}
+
+function readRecordBatch(fields: readonly Field[], batch: RecordBatch): WireColumns {
+  const rows = batch.numRows;
+  const data = batch.data;
+  if (data.children.length !== fields.length) {
+    throw new WireFormatError(
+      `invalid tensordict payload: a record batch has ${data.children.length} columns, the schema ${fields.length}`,
+    );
+  }
+  const columns: [string, WireColumn][] = fields.map((field, i) => [
+    field.name,
+    readColumn(field, data.children[i]!, rows, [field.name]),
+  ]);
+  checkUniqueNames(columns, []);
+  return columns;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Several record batches
+
+function concatTyped<T extends AnyTypedArray>(dtype: DType, parts: readonly T[]): T {
+  const ctor = typedArrayConstructor(dtype);
+  let length = 0;
+  for (const p of parts) length += p.length;
+  const out = new ctor(length);
+  let at = 0;
+  for (const p of parts) {
+    (out as unknown as { set(a: T, at: number): void }).set(p, at);
+    at += p.length;
+  }
+  return out as T;
+}
+
+function concatColumn(parts: readonly WireColumn[]): WireColumn {
+  const first = parts[0]!;
+  switch (first.kind) {
+    case "dense": {
+      const dense = parts as readonly WireDense[];
+      return { ...first, data: concatTyped(first.dtype, dense.map((p) => p.data)) };
+    }
+    case "ragged": {
+      const ragged = parts as readonly WireRagged[];
+      const perItem = product(first.tailShape);
+      const rows = ragged.reduce((n, p) => n + p.offsets.length - 1, 0);
+      const offsets = new Int32Array(rows + 1);
+      let row = 0;
+      let base = 0;
+      const slices: AnyTypedArray[] = [];
+      for (const p of ragged) {
+        const start = p.offsets[0]!;
+        for (let i = 1; i < p.offsets.length; i++) offsets[row + i] = base + p.offsets[i]! - start;
+        row += p.offsets.length - 1;
+        const end = p.offsets[p.offsets.length - 1]!;
+        if (base + end - start > 2 ** 31 - 1) {
+          throw new WireFormatError("invalid tensordict payload: the concatenated ragged column exceeds int32 offsets");
+        }
+        base += end - start;
+        slices.push(p.values.subarray(start * perItem, end * perItem));
+      }
+      return { ...first, values: concatTyped(first.dtype, slices), offsets };
+    }
+    case "strings":
+      return { kind: "strings", values: (parts as readonly WireStrings[]).flatMap((p) => p.values) };
+    case "struct":
+      return { kind: "struct", columns: concatColumns((parts as readonly WireStruct[]).map((p) => p.columns)) };
+  }
+}
+
+function concatColumns(batches: readonly WireColumns[]): WireColumns {
+  const first = batches[0]!;
+  return first.map(([name], i) => [name, concatColumn(batches.map((b) => b[i]![1]))] as const);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+/**
+ * Decodes one Arrow IPC stream (as written by `encodeBatch` or by the Python worker) into a {@link WireBatch}.
+ *
+ * With a single record batch the TypedArrays of the result are views into `bytes` when `bytes` starts at a
+ * multiple of 8 bytes (as a received ZeroMQ frame does); otherwise `bytes` is copied once to an aligned buffer.
+ * Streams with several record batches are accepted and concatenated (a copy). The result's ragged offsets are
+ * those of the stream (they start at 0 for canonical streams).
+ *
+ * @param bytes - the whole stream: schema message, record batches, end-of-stream marker, nothing after.
+ * @throws {@link WireFormatError} for anything that is not a valid posttrain stream: truncated or malformed
+ *   framing, an Arrow parse failure, missing or invalid `posttrain.*` metadata, an unsupported Arrow type, nulls,
+ *   or lengths that do not add up. The message names the column concerned.
+ */
+export function decodeBatch(bytes: Uint8Array): WireBatch {
+  if (!(bytes instanceof Uint8Array)) {
+    throw new WireFormatError(`expected the stream as a Uint8Array, found ${bytes === null ? "null" : typeof bytes}`);
+  }
+  let input = bytes;
+  if (input.byteOffset % 8 !== 0) {
+    input = new Uint8Array(bytes.byteLength);
+    input.set(bytes);
+  }
+  const recordBatches = checkFraming(input);
+  let fields: Field[];
+  let metadata: Map<string, string>;
+  let batches: RecordBatch[];
+  try {
+    const reader = RecordBatchReader.from(input).open();
+    const schema = reader.schema;
+    fields = schema.fields;
+    metadata = schema.metadata;
+    // apache-arrow yields one empty placeholder batch for a stream without record batches: skip it.
+    batches = recordBatches === 0 ? [] : [...reader];
+  } catch (err) {
+    throw new WireFormatError(`invalid Arrow stream: ${errorMessage(err)}`, { cause: err });
+  }
+  const batchSize = readBatchSize(metadata);
+  const rows = product(batchSize);
+  let found = 0;
+  for (const b of batches) found += b.numRows;
+  if (found !== rows) {
+    throw new WireFormatError(
+      `invalid tensordict payload: batch size ${JSON.stringify(batchSize)} means ${rows} rows, ` +
+        `but the record batches hold ${found}`,
+    );
+  }
+  try {
+    if (batches.length === 1) return { batchSize, columns: readRecordBatch(fields, batches[0]!) };
+    if (batches.length === 0) {
+      // A stream without record batches: every column is empty (rows is 0 here).
+      return { batchSize, columns: emptyColumns(fields, []) };
+    }
+    return { batchSize, columns: concatColumns(batches.map((b) => readRecordBatch(fields, b))) };
+  } catch (err) {
+    if (err instanceof WireFormatError) throw err;
+    throw new WireFormatError(`invalid tensordict payload: ${errorMessage(err)}`, { cause: err });
+  }
+}
+
+function emptyColumns(fields: readonly Field[], path: readonly string[]): WireColumns {
+  const columns: [string, WireColumn][] = fields.map((field) => {
+    const here = [...path, field.name];
+    const type = field.type as DataType;
+    if (DataType.isStruct(type)) return [field.name, { kind: "struct", columns: emptyColumns(type.children, here) }];
+    if (DataType.isUtf8(type)) return [field.name, { kind: "strings", values: [] }];
+    const dtype = readDType(field, here);
+    const data = typedArrayConstructor(dtype);
+    if (DataType.isInt(type) || DataType.isFloat(type)) {
+      checkStorage(type, dtype, here, "");
+      return [field.name, { kind: "dense", dtype, rowShape: [], data: new data(0) }];
+    }
+    if (DataType.isFixedSizeList(type)) {
+      return [field.name, { kind: "dense", dtype, rowShape: readFixedShape(field, type.listSize, here), data: new data(0) }];
+    }
+    if (DataType.isList(type)) {
+      const item = type.children[0]?.type as DataType | undefined;
+      const listSize = item !== undefined && DataType.isFixedSizeList(item) ? item.listSize : null;
+      const tailShape = readRaggedShape(field, listSize, here);
+      return [field.name, { kind: "ragged", dtype, tailShape, values: new data(0), offsets: new Int32Array(1) }];
+    }
+    return bad(here, `unsupported Arrow type ${typeName(type)}`);
+  });
+  checkUniqueNames(columns, path);
+  return columns;
+}

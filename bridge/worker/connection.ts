@@ -1,0 +1,196 @@
+import {
+  ConnectionClosedError,
+  ProtocolError,
+  WorkerDiedError,
+  WorkerUnresponsiveError,
+} from "../errors.js";
+import { RpcChannel, type RequestOptions, type RpcReply } from "../protocol/channel.js";
+import { PROTOCOL_VERSION, WorkerInfoSchema, type HeartbeatReply, type WorkerInfo } from "../protocol/envelope.js";
+import type { Payload } from "../protocol/payload.js";
+import type { Transport } from "../transport/transport.js";
+import { ZmqDealerTransport } from "../transport/zmq.js";
+import type { WorkerProcess } from "./process.js";
+
+/** Liveness and timeout settings of a {@link WorkerConnection}. */
+export interface ConnectionOptions {
+  /** Default per-request timeout in ms; `0` (default) waits forever: training steps can be long. */
+  readonly requestTimeoutMs?: number;
+  /** Interval between heartbeats in ms (default 2000); `0` disables heartbeats. */
+  readonly heartbeatIntervalMs?: number;
+  /**
+   * A worker silent for this long (ms) is declared unresponsive: pending requests are rejected with
+   * `WorkerUnresponsiveError` and its process is killed. Default 60 000.
+   */
+  readonly heartbeatTimeoutMs?: number;
+  /** Timeout of the handshake in ms (default 30 000). */
+  readonly handshakeTimeoutMs?: number;
+}
+
+/** Options of {@link WorkerConnection.open}. */
+export interface OpenConnectionOptions extends ConnectionOptions {
+  /** Name used in messages, e.g. `"worker 0"`. */
+  readonly name: string;
+  /** The worker's endpoint (from its READY line). */
+  readonly endpoint?: string;
+  /** A transport to use instead of a ZeroMQ DEALER on `endpoint`. */
+  readonly transport?: Transport;
+  /** The worker's process, when this client supervises it: its exit fails the connection with `WorkerDiedError`. */
+  readonly process?: WorkerProcess;
+}
+
+const CLIENT_VERSION = "0.1.0";
+
+/**
+ * A live, handshaken connection to one worker: the envelope protocol over a transport, plus supervision
+ * of the worker's process (exit → `WorkerDiedError` for every pending request) and heartbeats.
+ * Knows nothing of TensorDicts or RL: methods are called by name with JSON args and payload frames.
+ */
+export class WorkerConnection {
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+
+  private constructor(
+    readonly name: string,
+    private readonly channel: RpcChannel,
+    readonly info: WorkerInfo,
+    readonly process: WorkerProcess | undefined,
+    // Shared with the exit watcher, which must tell a requested shutdown from a death.
+    private readonly state: { closing: boolean },
+  ) {}
+
+  /** Connects, performs the handshake and starts supervision. */
+  static async open(options: OpenConnectionOptions): Promise<WorkerConnection> {
+    const transport = options.transport ?? newZmqTransport(options);
+    const channel = new RpcChannel(transport, {
+      name: options.name,
+      requestTimeoutMs: options.requestTimeoutMs ?? 0,
+    });
+    const proc = options.process;
+    const state = { closing: false };
+    if (proc !== undefined) {
+      void proc.exited.then(({ exitCode, signal }) => {
+        channel.fail(
+          state.closing
+            ? new ConnectionClosedError(`${options.name} was shut down`)
+            : new WorkerDiedError(options.name, exitCode, signal, proc.stderrTail()),
+        );
+      });
+    }
+    let info: WorkerInfo;
+    try {
+      const reply = await channel.request(
+        "handshake",
+        { protocolVersion: PROTOCOL_VERSION, client: { name: "posttrain", version: CLIENT_VERSION } },
+        [],
+        { timeoutMs: options.handshakeTimeoutMs ?? 30_000 },
+      );
+      const parsed = WorkerInfoSchema.safeParse(reply.result);
+      if (!parsed.success) {
+        throw new ProtocolError(`${options.name}: malformed handshake reply: ${parsed.error.message}`);
+      }
+      info = parsed.data;
+      if (info.protocolVersion !== PROTOCOL_VERSION) {
+        throw new ProtocolError(
+          `${options.name}: worker speaks protocol ${info.protocolVersion}, this client ${PROTOCOL_VERSION}`,
+        );
+      }
+    } catch (err) {
+      await channel.close();
+      throw err;
+    }
+    const connection = new WorkerConnection(options.name, channel, info, proc, state);
+    connection.startHeartbeats(options.heartbeatIntervalMs ?? 2000, options.heartbeatTimeoutMs ?? 60_000);
+    return connection;
+  }
+
+  /** False once the connection failed or was closed. */
+  get alive(): boolean {
+    return this.channel.failedWith === undefined;
+  }
+
+  /** Requests awaiting a reply. */
+  get inFlight(): number {
+    return this.channel.inFlight;
+  }
+
+  /** Calls a worker method by name. Rejects with `WorkerError` when the worker answers with an error. */
+  request(
+    method: string,
+    args: Record<string, unknown> = {},
+    payloads: readonly Payload[] = [],
+    options: RequestOptions = {},
+  ): Promise<RpcReply> {
+    return this.channel.request(method, args, payloads, options);
+  }
+
+  /** Sends one heartbeat; the worker's I/O thread answers it even while a method computes. */
+  heartbeat(timeoutMs = 5000): Promise<HeartbeatReply> {
+    return this.channel.heartbeat(timeoutMs);
+  }
+
+  /** Asks the worker to exit, waits for it (killing it after `timeoutMs`), and closes the socket. */
+  async close(options: { timeoutMs?: number } = {}): Promise<void> {
+    if (this.state.closing) {
+      await this.process?.exited;
+      return;
+    }
+    this.state.closing = true;
+    this.stopHeartbeats();
+    const timeoutMs = options.timeoutMs ?? 5000;
+    const proc = this.process;
+    if (this.alive) {
+      await this.channel.request("shutdown", {}, [], { timeoutMs }).catch(() => undefined);
+    }
+    await this.channel.close();
+    if (proc !== undefined) {
+      proc.closeStdin();
+      const exited = await waitFor(proc.exited, timeoutMs);
+      if (!exited) {
+        proc.kill("SIGKILL");
+        await proc.exited;
+      }
+    }
+  }
+
+  private startHeartbeats(intervalMs: number, timeoutMs: number): void {
+    if (intervalMs <= 0) return;
+    this.heartbeatTimer = setInterval(() => {
+      if (!this.alive) {
+        this.stopHeartbeats();
+        return;
+      }
+      const silentMs = Date.now() - this.channel.lastMessageTime;
+      if (timeoutMs > 0 && silentMs > timeoutMs) {
+        this.stopHeartbeats();
+        this.channel.fail(new WorkerUnresponsiveError(this.name, silentMs));
+        this.process?.kill("SIGKILL");
+        return;
+      }
+      this.channel.heartbeat(Math.max(timeoutMs, intervalMs)).catch(() => undefined);
+    }, intervalMs);
+    this.heartbeatTimer.unref();
+  }
+
+  private stopHeartbeats(): void {
+    if (this.heartbeatTimer !== undefined) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = undefined;
+  }
+}
+
+function newZmqTransport(options: OpenConnectionOptions): Transport {
+  if (options.endpoint === undefined) {
+    throw new ProtocolError(`${options.name}: neither an endpoint nor a transport was given`);
+  }
+  return new ZmqDealerTransport({ endpoint: options.endpoint });
+}
+
+async function waitFor(promise: Promise<unknown>, timeoutMs: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => {
+    timer = setTimeout(() => {
+      resolve(false);
+    }, timeoutMs);
+  });
+  const done = await Promise.race([promise.then(() => true as const), timeout]);
+  clearTimeout(timer);
+  return done;
+}

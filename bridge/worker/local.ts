@@ -1,0 +1,153 @@
+import { execFile } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { InvalidArgumentError } from "../errors.js";
+import { WorkerConnection, type ConnectionOptions } from "./connection.js";
+import { WorkerProcess, type WorkerLogMode } from "./process.js";
+import { resolvePython } from "./python.js";
+
+/** Where local workers compute: `"cpu"`, `"cuda"` (one GPU per worker), or `"auto"` (CUDA when present). */
+export type LocalDevice = "cpu" | "cuda" | "auto";
+
+/** Options of {@link launchLocalWorkers}. */
+export interface LocalWorkersOptions extends ConnectionOptions {
+  /** Number of worker processes (default 1). */
+  readonly workers?: number;
+  /** Default `"auto"`. */
+  readonly device?: LocalDevice;
+  /** `"ipc"` (default: a socket file in a private directory) or `"tcp"` (loopback, ephemeral port). */
+  readonly transport?: "ipc" | "tcp";
+  /** Python interpreter; see `resolvePython` for the default. */
+  readonly python?: string;
+  /** Largest message (sum of payload frames) a worker accepts, in bytes (default 4 GiB). */
+  readonly maxPayloadBytes?: number;
+  /** Extra environment variables for every worker. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** Milliseconds to wait for each worker's READY line (default 120 000). */
+  readonly startTimeoutMs?: number;
+  /** Aborts the start: workers already started are stopped. */
+  readonly signal?: AbortSignal;
+  /** `"tail"` (default) keeps stderr for error messages; `"inherit"` also forwards it, prefixed. */
+  readonly log?: WorkerLogMode;
+}
+
+/** Local workers started by {@link launchLocalWorkers}; `close()` stops them and removes their socket directory. */
+export interface LocalWorkers {
+  readonly connections: readonly WorkerConnection[];
+  /** The private directory holding the ipc sockets. */
+  readonly socketDir: string;
+  close(): Promise<void>;
+}
+
+/** Counts NVIDIA GPUs with `nvidia-smi -L`; 0 when there is none or no driver. */
+export function countCudaDevices(): Promise<number> {
+  return new Promise((resolve) => {
+    execFile("nvidia-smi", ["-L"], { timeout: 10_000 }, (err, stdout) => {
+      resolve(err === null ? stdout.split("\n").filter((l) => l.startsWith("GPU ")).length : 0);
+    });
+  });
+}
+
+/**
+ * Spawns `workers` local `python -m posttrain_worker` processes, waits for each to be READY, connects a
+ * DEALER to each and performs the handshake. On any failure, whatever was started is stopped again.
+ */
+export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Promise<LocalWorkers> {
+  const count = options.workers ?? 1;
+  if (!Number.isInteger(count) || count < 1) {
+    throw new InvalidArgumentError(`workers: expected a positive integer, got ${JSON.stringify(count)}`);
+  }
+  const maxPayloadBytes = options.maxPayloadBytes ?? 4 * 1024 ** 3;
+  if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes < 1) {
+    throw new InvalidArgumentError(`maxPayloadBytes: expected a positive integer, got ${String(maxPayloadBytes)}`);
+  }
+  const deviceOption = options.device ?? "auto";
+  if (!["cpu", "cuda", "auto"].includes(deviceOption)) {
+    throw new InvalidArgumentError(`device: expected "cpu", "cuda" or "auto", got ${JSON.stringify(deviceOption)}`);
+  }
+  const gpus = deviceOption === "cpu" ? 0 : await countCudaDevices();
+  if (deviceOption === "cuda" && gpus === 0) {
+    throw new InvalidArgumentError('device: "cuda" was asked for but nvidia-smi finds no GPU');
+  }
+  const python = resolvePython(options.python);
+  const socketDir = await mkdtemp(join(tmpdir(), "posttrain-"));
+  const processes: WorkerProcess[] = [];
+  const connections: WorkerConnection[] = [];
+
+  const closeAll = async (): Promise<void> => {
+    await Promise.all(connections.map((c) => c.close()));
+    for (const p of processes) {
+      if (!connections.some((c) => c.process === p)) {
+        p.kill("SIGKILL");
+        await p.exited;
+      }
+    }
+    await rm(socketDir, { recursive: true, force: true });
+  };
+
+  try {
+    const started = await Promise.allSettled(
+      Array.from({ length: count }, async (_, i) => {
+        const useGpu = gpus > 0;
+        const endpoint = options.transport === "tcp" ? "tcp://127.0.0.1:*" : `ipc://${join(socketDir, `worker-${i}.sock`)}`;
+        const proc = await WorkerProcess.start({
+          name: `worker ${i}`,
+          python,
+          args: [
+            "--endpoint",
+            endpoint,
+            "--worker-id",
+            String(i),
+            "--device",
+            useGpu ? "cuda" : "cpu",
+            "--max-payload-bytes",
+            String(maxPayloadBytes),
+          ],
+          env: { ...(useGpu ? { CUDA_VISIBLE_DEVICES: String(i % gpus) } : {}), ...options.env },
+          ...(options.startTimeoutMs !== undefined ? { startTimeoutMs: options.startTimeoutMs } : {}),
+          ...(options.signal !== undefined ? { signal: options.signal } : {}),
+          ...(options.log !== undefined ? { log: options.log } : {}),
+        });
+        processes.push(proc);
+        return proc;
+      }),
+    );
+    const failed = started.find((s): s is PromiseRejectedResult => s.status === "rejected");
+    if (failed !== undefined) throw failed.reason;
+    const opened = await Promise.allSettled(
+      processes.map(async (proc) => {
+        const connection = await WorkerConnection.open({
+          ...connectionOptions(options),
+          name: proc.name,
+          endpoint: proc.ready.endpoint,
+          process: proc,
+        });
+        connections.push(connection);
+        return connection;
+      }),
+    );
+    const failedOpen = opened.find((s): s is PromiseRejectedResult => s.status === "rejected");
+    if (failedOpen !== undefined) throw failedOpen.reason;
+  } catch (err) {
+    await closeAll();
+    throw err;
+  }
+  connections.sort((a, b) => a.name.localeCompare(b.name, "en", { numeric: true }));
+  let closing: Promise<void> | undefined;
+  return {
+    connections,
+    socketDir,
+    close: () => (closing ??= closeAll()),
+  };
+}
+
+function connectionOptions(options: ConnectionOptions): ConnectionOptions {
+  const { requestTimeoutMs, heartbeatIntervalMs, heartbeatTimeoutMs, handshakeTimeoutMs } = options;
+  return {
+    ...(requestTimeoutMs !== undefined ? { requestTimeoutMs } : {}),
+    ...(heartbeatIntervalMs !== undefined ? { heartbeatIntervalMs } : {}),
+    ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}),
+    ...(handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs } : {}),
+  };
+}

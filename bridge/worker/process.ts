@@ -1,0 +1,166 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+import { z } from "zod";
+import { WorkerStartError } from "../errors.js";
+import { LineTail } from "./stderr-tail.js";
+
+/** How a worker's stderr is handled: kept as a tail for errors only, or also forwarded to this process's stderr. */
+export type WorkerLogMode = "tail" | "inherit";
+
+/** Options of {@link WorkerProcess.start}. */
+export interface WorkerProcessOptions {
+  /** Name used in messages, e.g. `"worker 0"`. */
+  readonly name: string;
+  /** Python interpreter with `posttrain_worker` installed. */
+  readonly python: string;
+  /** Arguments after `python -m posttrain_worker`. */
+  readonly args: readonly string[];
+  /** Extra environment variables. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** Milliseconds to wait for the READY line (default 120 000: importing torch is slow on a cold disk). */
+  readonly startTimeoutMs?: number;
+  /** Stops waiting for READY and kills the process. */
+  readonly signal?: AbortSignal;
+  /** Default `"tail"`. */
+  readonly log?: WorkerLogMode;
+}
+
+const ReadySchema = z.object({ endpoint: z.string(), pid: z.number().int(), protocolVersion: z.number().int() });
+
+/** What the worker reported on its READY line. */
+export type WorkerReady = z.infer<typeof ReadySchema>;
+
+/** How a worker process ended. */
+export interface WorkerExit {
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+}
+
+const READY_PREFIX = "POSTTRAIN_READY ";
+
+/**
+ * One `python -m posttrain_worker` child process: spawn, wait for its READY line, keep its stderr tail,
+ * report its exit. Its stdin is a pipe the worker watches: when this Node process dies, the worker exits.
+ */
+export class WorkerProcess {
+  /** Resolves when the process has exited and its output is drained. */
+  readonly exited: Promise<WorkerExit>;
+  private exitInfo: WorkerExit | undefined;
+
+  private constructor(
+    readonly name: string,
+    private readonly child: ChildProcess,
+    private readonly tail: LineTail,
+    readonly ready: WorkerReady,
+    exited: Promise<WorkerExit>,
+  ) {
+    this.exited = exited.then((info) => {
+      this.exitInfo = info;
+      return info;
+    });
+  }
+
+  /** Spawns the worker and resolves once it has bound its socket and printed READY. */
+  static start(options: WorkerProcessOptions): Promise<WorkerProcess> {
+    const tail = new LineTail();
+    const log = options.log ?? "tail";
+    const child = spawn(options.python, ["-m", "posttrain_worker", ...options.args], {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { ...process.env, PYTHONUNBUFFERED: "1", ...options.env },
+    });
+    const exited = new Promise<WorkerExit>((resolve) => {
+      child.once("close", (exitCode, signal) => {
+        resolve({ exitCode, signal });
+      });
+      child.once("error", () => {
+        resolve({ exitCode: child.exitCode, signal: child.signalCode });
+      });
+    });
+    child.stdin?.on("error", () => undefined); // EPIPE after the worker exits is expected
+    child.stderr?.setEncoding("utf8");
+    child.stderr?.on("data", (chunk: string) => {
+      tail.push(chunk, log === "inherit" ? (line) => process.stderr.write(`[${options.name}] ${line}\n`) : undefined);
+    });
+
+    return new Promise<WorkerProcess>((resolve, reject) => {
+      let settled = false;
+      const timeoutMs = options.startTimeoutMs ?? 120_000;
+      const finish = (error: Error | undefined, ready?: WorkerReady): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        options.signal?.removeEventListener("abort", onAbort);
+        if (error !== undefined || ready === undefined) {
+          child.kill("SIGKILL");
+          reject(error ?? new WorkerStartError(`${options.name}: no READY line`));
+        } else {
+          resolve(new WorkerProcess(options.name, child, tail, ready, exited));
+        }
+      };
+      const onAbort = (): void => {
+        finish(new WorkerStartError(`${options.name}: start aborted`, tail.text()));
+      };
+      const timer = setTimeout(() => {
+        finish(new WorkerStartError(`${options.name}: not ready after ${timeoutMs} ms`, tail.text()));
+      }, timeoutMs);
+      options.signal?.addEventListener("abort", onAbort, { once: true });
+      if (options.signal?.aborted === true) onAbort();
+
+      child.once("error", (err) => {
+        finish(
+          new WorkerStartError(
+            `${options.name}: could not run ${options.python} (${err.message}); run \`npm run bootstrap\` ` +
+              "or set POSTTRAIN_PYTHON to a Python with posttrain_worker installed",
+          ),
+        );
+      });
+      void exited.then(({ exitCode, signal }) => {
+        const how = signal !== null ? `was killed by ${signal}` : `exited with code ${String(exitCode)}`;
+        finish(new WorkerStartError(`${options.name}: ${how} before it was ready`, tail.text()));
+      });
+      if (child.stdout !== null) {
+        const lines = createInterface({ input: child.stdout });
+        lines.on("line", (line) => {
+          if (!settled && line.startsWith(READY_PREFIX)) {
+            let parsed: WorkerReady;
+            try {
+              parsed = ReadySchema.parse(JSON.parse(line.slice(READY_PREFIX.length)));
+            } catch (err) {
+              finish(new WorkerStartError(`${options.name}: malformed READY line ${JSON.stringify(line)} (${String(err)})`));
+              return;
+            }
+            finish(undefined, parsed);
+            return;
+          }
+          // Anything else a worker prints to stdout is log output.
+          tail.push(`${line}\n`, log === "inherit" ? (l) => process.stderr.write(`[${options.name}] ${l}\n`) : undefined);
+        });
+      }
+    });
+  }
+
+  /** The OS process id. */
+  get pid(): number {
+    return this.ready.pid;
+  }
+
+  /** The exit, once it has happened. */
+  get exit(): WorkerExit | undefined {
+    return this.exitInfo;
+  }
+
+  /** The last lines the worker wrote to stderr (and stray stdout). */
+  stderrTail(): string {
+    return this.tail.text();
+  }
+
+  /** Sends a signal to the process (no-op once it has exited). */
+  kill(signal: NodeJS.Signals = "SIGTERM"): void {
+    if (this.exitInfo === undefined) this.child.kill(signal);
+  }
+
+  /** Closes the worker's stdin, which tells it to exit. */
+  closeStdin(): void {
+    this.child.stdin?.end();
+  }
+}

@@ -1,0 +1,302 @@
+"""The canonical encoder of a ``TensorBatch`` into one Arrow IPC stream (docs/protocol.md).
+
+Byte-identical to ``encodeBatch`` in ``bridge/wire/encode.ts``: same field layout, same body layout, and the
+flatbuffer metadata is built by ``flatbuf.py`` with the same builder calls. The output is allocated once and
+each tensor's bytes are copied into it once (through a uint8 view of the output).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import torch
+
+from posttrain_worker.codec.errors import CodecError
+from posttrain_worker.codec.flatbuf import ArrowType, FieldPlan, record_batch_message, schema_message
+from posttrain_worker.codec.format import (
+    FIXED_SHAPE_TENSOR,
+    MAX_INT32,
+    META_BATCH_SIZE,
+    META_DTYPE,
+    META_EXTENSION_METADATA,
+    META_EXTENSION_NAME,
+    META_SHAPE,
+    META_VERSION,
+    STORAGE,
+    WIRE_FORMAT_VERSION,
+    compact_json,
+)
+from posttrain_worker.codec.types import TORCH_TO_DTYPE, Column, Ragged, TensorBatch
+
+_CONTINUATION: Final = b"\xff\xff\xff\xff"
+_UTF8: Final = ArrowType("utf8")
+_LIST: Final = ArrowType("list")
+_STRUCT: Final = ArrowType("struct")
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+def _where(path: Sequence[str]) -> str:
+    return f'column "{"/".join(path)}"' if path else "batch"
+
+
+def _fail(path: Sequence[str], message: str) -> CodecError:
+    return CodecError(f"cannot encode {_where(path)}: {message}")
+
+
+@dataclass
+class _Body:
+    """Field nodes, buffer regions and the pending copies of the record batch body."""
+
+    nodes: list[int] = field(default_factory=list)
+    buffers: list[int] = field(default_factory=list)
+    tensors: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (body offset, uint8 tensor)
+    blobs: list[tuple[int, bytes]] = field(default_factory=list)
+    length: int = 0
+
+    def node(self, length: int) -> None:
+        self.nodes.append(length)
+
+    def buffer(self, nbytes: int) -> int:
+        at = self.length
+        self.buffers += (at, nbytes)
+        self.length += _pad8(nbytes)
+        return at
+
+    def validity(self) -> None:
+        self.buffer(0)
+
+    def tensor(self, t: torch.Tensor) -> None:
+        """Reserves a buffer for a contiguous CPU tensor and records its copy."""
+        raw = t.reshape(-1).view(torch.uint8) if t.numel() > 0 else torch.empty(0, dtype=torch.uint8)
+        at = self.buffer(raw.numel())
+        if raw.numel() > 0:
+            self.tensors.append((at, raw))
+
+
+def _cpu_contiguous(t: torch.Tensor, path: Sequence[str]) -> torch.Tensor:
+    if t.layout != torch.strided:
+        raise _fail(path, f"expected a dense (strided) tensor, found layout {t.layout}")
+    if t.dtype not in TORCH_TO_DTYPE:
+        raise _fail(path, f"dtype {t.dtype} cannot cross the wire (supported: {', '.join(STORAGE)})")
+    return t.detach().to("cpu").contiguous()
+
+
+def _dense(
+    name: str, t: torch.Tensor, batch_size: tuple[int, ...], path: Sequence[str], body: _Body
+) -> FieldPlan:
+    dims = len(batch_size)
+    if tuple(t.shape[:dims]) != batch_size:
+        raise _fail(
+            path,
+            f"a tensor must have shape [*batch_size, *row_shape] with batch_size {list(batch_size)}, "
+            f"found shape {list(t.shape)}",
+        )
+    t = _cpu_contiguous(t, path)
+    dtype = TORCH_TO_DTYPE[t.dtype]
+    row_shape = [int(d) for d in t.shape[dims:]]
+    rows = math.prod(batch_size)
+    dtype_meta = (META_DTYPE, dtype)
+    if not row_shape:
+        body.node(rows)
+        body.validity()
+        body.tensor(t)
+        return FieldPlan(name, STORAGE[dtype], (), (dtype_meta,))
+    per_row = math.prod(row_shape)
+    if per_row > MAX_INT32:
+        raise _fail(path, f"a row holds {per_row} elements; at most {MAX_INT32} fit a fixed-size list")
+    body.node(rows)
+    body.validity()
+    body.node(rows * per_row)
+    body.validity()
+    body.tensor(t)
+    return FieldPlan(
+        name,
+        ArrowType.fixed_size_list(per_row),
+        (FieldPlan("item", STORAGE[dtype]),),
+        (
+            (META_EXTENSION_NAME, FIXED_SHAPE_TENSOR),
+            (META_EXTENSION_METADATA, compact_json({"shape": row_shape})),
+            dtype_meta,
+        ),
+    )
+
+
+def _ragged(name: str, r: Ragged, rows: int, path: Sequence[str], body: _Body) -> FieldPlan:
+    if not isinstance(r.values, torch.Tensor) or not isinstance(r.offsets, torch.Tensor):
+        raise _fail(path, "Ragged values and offsets must be tensors")
+    if r.offsets.dim() != 1 or r.offsets.dtype.is_floating_point or r.offsets.dtype == torch.bool:
+        raise _fail(
+            path,
+            f"offsets must be a 1-D integer tensor, found {r.offsets.dtype} of shape {list(r.offsets.shape)}",
+        )
+    if r.offsets.numel() != rows + 1:
+        raise _fail(path, f"offsets must have rows + 1 = {rows + 1} entries, found {r.offsets.numel()}")
+    if r.values.dim() < 1:
+        raise _fail(path, "values must have at least one dimension (the ragged one)")
+    offsets = r.offsets.detach().to("cpu", torch.int64)
+    first = int(offsets[0])
+    last = int(offsets[-1])
+    if first < 0:
+        raise _fail(path, f"offsets must be non-negative, found offsets[0] = {first}")
+    if rows > 0:
+        steps = offsets[1:] - offsets[:-1]
+        if bool((steps < 0).any()):
+            i = int(torch.nonzero(steps < 0)[0])
+            raise _fail(
+                path,
+                f"offsets must be non-decreasing, found offsets[{i}] = {int(offsets[i])} > "
+                f"offsets[{i + 1}] = {int(offsets[i + 1])}",
+            )
+    if last > r.values.shape[0]:
+        raise _fail(path, f"offsets[{rows}] = {last} exceeds the {r.values.shape[0]} items of values")
+    if last - first > MAX_INT32:
+        raise _fail(
+            path, f"{last - first} items along the ragged dimension; int32 offsets allow at most {MAX_INT32}"
+        )
+    values = _cpu_contiguous(r.values[first:last], path)
+    dtype = TORCH_TO_DTYPE[values.dtype]
+    tail = [int(d) for d in values.shape[1:]]
+    per_item = math.prod(tail)
+    if per_item > MAX_INT32:
+        raise _fail(path, f"an item holds {per_item} elements; at most {MAX_INT32} fit a fixed-size list")
+    total = last - first
+    body.node(rows)
+    body.validity()
+    body.tensor((offsets - first).to(torch.int32))
+    body.node(total)
+    body.validity()
+    item = FieldPlan("item", STORAGE[dtype])
+    metadata = ((META_DTYPE, dtype), (META_SHAPE, compact_json([-1, *tail])))
+    if not tail:
+        body.tensor(values)
+        return FieldPlan(name, _LIST, (item,), metadata)
+    body.node(total * per_item)
+    body.validity()
+    body.tensor(values)
+    return FieldPlan(
+        name, _LIST, (FieldPlan("item", ArrowType.fixed_size_list(per_item), (item,)),), metadata
+    )
+
+
+def _strings(name: str, values: Sequence[object], rows: int, path: Sequence[str], body: _Body) -> FieldPlan:
+    if len(values) != rows:
+        raise _fail(path, f"a string column must hold one string per row ({rows}), found {len(values)}")
+    encoded: list[bytes] = []
+    for i, s in enumerate(values):
+        if not isinstance(s, str):
+            raise _fail(path, f"row {i} must be a str, found {type(s).__name__}")
+        try:
+            encoded.append(s.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise _fail(path, f"row {i} is not encodable as UTF-8 ({exc.reason})") from exc
+    lengths = torch.tensor([len(e) for e in encoded], dtype=torch.int64)
+    offsets = torch.zeros(rows + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=offsets[1:])
+    nbytes = int(offsets[-1])
+    if nbytes > MAX_INT32:
+        raise _fail(
+            path, f"the strings take {nbytes} bytes of UTF-8; int32 offsets allow at most {MAX_INT32}"
+        )
+    body.node(rows)
+    body.validity()
+    body.tensor(offsets.to(torch.int32))
+    at = body.buffer(nbytes)
+    if nbytes > 0:
+        body.blobs.append((at, b"".join(encoded)))
+    return FieldPlan(name, _UTF8)
+
+
+def _columns(
+    columns: Mapping[str, Column], batch_size: tuple[int, ...], path: tuple[str, ...], body: _Body
+) -> tuple[FieldPlan, ...]:
+    if not isinstance(columns, Mapping):
+        raise _fail(path, f"columns must be a dict, found {type(columns).__name__}")
+    rows = math.prod(batch_size)
+    fields: list[FieldPlan] = []
+    for name, column in columns.items():
+        here = (*path, name)
+        if not isinstance(name, str):
+            raise _fail(path, f"keys must be str, found {type(name).__name__}")
+        if isinstance(column, torch.Tensor) and column.is_nested:
+            column = _nested_to_ragged(column, batch_size, here)
+        if isinstance(column, torch.Tensor):
+            fields.append(_dense(name, column, batch_size, here, body))
+        elif isinstance(column, Ragged):
+            fields.append(_ragged(name, column, rows, here, body))
+        elif isinstance(column, Mapping):
+            body.node(rows)
+            body.validity()
+            fields.append(FieldPlan(name, _STRUCT, _columns(column, batch_size, here, body)))
+        elif isinstance(column, (list, tuple)):
+            fields.append(_strings(name, column, rows, here, body))
+        else:
+            raise _fail(here, f"unsupported column type {type(column).__name__}")
+    return tuple(fields)
+
+
+def _nested_to_ragged(t: torch.Tensor, batch_size: tuple[int, ...], path: Sequence[str]) -> Ragged:
+    if t.layout != torch.jagged or len(batch_size) != 1 or t.size(0) != batch_size[0]:
+        raise _fail(
+            path, "nested tensors are accepted only as torch.jagged with one batch dimension; use Ragged"
+        )
+    return Ragged(values=t.values(), offsets=t.offsets())
+
+
+def _check_batch_size(batch_size: object) -> tuple[int, ...]:
+    if not isinstance(batch_size, (tuple, list, torch.Size)) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in batch_size
+    ):
+        raise _fail((), f"batch_size must be a sequence of non-negative ints, found {batch_size!r}")
+    return tuple(int(d) for d in batch_size)
+
+
+def _framed(metadata: bytes) -> int:
+    return 8 + _pad8(len(metadata))
+
+
+def _write_framed(out: memoryview, at: int, metadata: bytes) -> int:
+    padded = _pad8(len(metadata))
+    out[at : at + 4] = _CONTINUATION
+    out[at + 4 : at + 8] = padded.to_bytes(4, "little")
+    out[at + 8 : at + 8 + len(metadata)] = metadata
+    out[at + 8 + len(metadata) : at + 8 + padded] = bytes(padded - len(metadata))
+    return at + 8 + padded
+
+
+def encode_batch(batch: TensorBatch) -> memoryview:
+    """Encodes a batch as one canonical Arrow IPC stream (schema, one record batch, end-of-stream marker).
+
+    Tensors may live on any device and be non-contiguous: they are made contiguous CPU tensors first. ``bool``
+    crosses as one byte per value and ``bfloat16`` as its 16-bit patterns. Ragged offsets that do not start at
+    0 are rebased. Raises ``CodecError`` naming the column when the batch cannot be encoded.
+    """
+    batch_size = _check_batch_size(batch.batch_size)
+    body = _Body()
+    fields = _columns(batch.columns, batch_size, (), body)
+    schema = schema_message(
+        fields, ((META_VERSION, WIRE_FORMAT_VERSION), (META_BATCH_SIZE, compact_json(list(batch_size))))
+    )
+    record_batch = record_batch_message(math.prod(batch_size), body.nodes, body.buffers, body.length)
+    body_start = _framed(schema) + _framed(record_batch)
+    total = body_start + body.length + 8
+    # Uninitialised memory: zero-filling a large output first would cost as much as the copy itself, so
+    # only the padding after each buffer is zeroed (the bytes must be canonical).
+    target = torch.empty(total, dtype=torch.uint8)
+    out = memoryview(target.numpy())
+    _write_framed(out, _write_framed(out, 0, schema), record_batch)
+    for at, raw in body.tensors:
+        target[body_start + at : body_start + at + raw.numel()].copy_(raw)
+    for at, blob in body.blobs:
+        out[body_start + at : body_start + at + len(blob)] = blob
+    for at, nbytes in zip(body.buffers[0::2], body.buffers[1::2], strict=True):
+        end = body_start + at + nbytes
+        out[end : body_start + at + _pad8(nbytes)] = bytes(_pad8(nbytes) - nbytes)
+    out[total - 8 : total - 4] = _CONTINUATION
+    out[total - 4 : total] = bytes(4)
+    return out

@@ -1,0 +1,66 @@
+"""The data model of one TensorDict on the wire (docs/protocol.md), on the torch side.
+
+A ``TensorBatch`` mirrors the TypeScript ``WireBatch``: ordered columns that share ``batch_size``.
+Dense leaves are ``torch.Tensor`` of shape ``[*batch_size, *row_shape]``; ragged leaves are ``Ragged``;
+string leaves are ``list[str]`` with one entry per row; nested TensorDicts are ``dict[str, Column]``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """A ragged leaf: row ``i`` is ``values[offsets[i]:offsets[i + 1]]`` (shape ``[L_i, *values.shape[1:]]``).
+
+    ``offsets`` is a 1-D integer tensor with ``rows + 1`` entries.
+    """
+
+    values: torch.Tensor
+    offsets: torch.Tensor
+
+    @property
+    def rows(self) -> int:
+        return int(self.offsets.numel()) - 1
+
+    def row(self, i: int) -> torch.Tensor:
+        return self.values[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+    def to_nested(self) -> torch.Tensor:
+        """As a torch jagged nested tensor (``layout=torch.jagged``)."""
+        return torch.nested.nested_tensor_from_jagged(self.values, self.offsets.to(torch.int64))
+
+
+Column = torch.Tensor | Ragged | list[str] | dict[str, "Column"]
+
+
+@dataclass
+class TensorBatch:
+    """Ordered columns sharing a batch size; ``rows == prod(batch_size)`` (1 for ``()``)."""
+
+    batch_size: tuple[int, ...]
+    columns: dict[str, Column] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.batch_size)
+
+
+DTYPE_TO_TORCH: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+
+TORCH_TO_DTYPE: dict[torch.dtype, str] = {v: k for k, v in DTYPE_TO_TORCH.items()}

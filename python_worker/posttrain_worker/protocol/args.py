@@ -1,0 +1,97 @@
+"""Validation of a request's ``args`` object; every mistake is a ``BAD_ARGUMENTS`` naming the argument.
+
+Usage::
+
+    reader = ArgReader("compute_for", args)
+    seconds = reader.number("seconds", minimum=0)
+    reader.finish()  # rejects arguments the method does not know
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from posttrain_worker.protocol.envelope import render
+from posttrain_worker.protocol.errors import BAD_ARGUMENTS, WorkerFailure
+
+_MISSING = object()
+
+
+class ArgReader:
+    def __init__(self, method: str, args: dict[str, Any]) -> None:
+        self.method = method
+        self.args = args
+        self._seen: set[str] = set()
+
+    def fail(self, message: str) -> WorkerFailure:
+        return WorkerFailure(BAD_ARGUMENTS, f"{self.method}: {message}")
+
+    def _get(self, key: str, required: bool) -> Any:
+        self._seen.add(key)
+        if key not in self.args:
+            if required:
+                raise self.fail(f'missing argument "{key}"')
+            return _MISSING
+        return self.args[key]
+
+    def number(
+        self,
+        key: str,
+        *,
+        required: bool = True,
+        default: float | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> float | None:
+        value = self._get(key, required)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.fail(f'"{key}" must be a finite number, got {render(value)}')
+        if minimum is not None and value < minimum:
+            raise self.fail(f'"{key}" must be >= {minimum}, got {render(value)}')
+        if maximum is not None and value > maximum:
+            raise self.fail(f'"{key}" must be <= {maximum}, got {render(value)}')
+        return float(value)
+
+    def integer(
+        self, key: str, *, required: bool = True, default: int | None = None, minimum: int | None = None
+    ) -> int | None:
+        value = self._get(key, required)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f'"{key}" must be an integer, got {render(value)}')
+        if minimum is not None and value < minimum:
+            raise self.fail(f'"{key}" must be >= {minimum}, got {render(value)}')
+        return value
+
+    def string(self, key: str, *, required: bool = True, default: str | None = None) -> str | None:
+        value = self._get(key, required)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, str):
+            raise self.fail(f'"{key}" must be a string, got {render(value)}')
+        return value
+
+    def object(self, key: str, *, required: bool = True) -> dict[str, Any] | None:
+        value = self._get(key, required)
+        if value is _MISSING:
+            return None
+        if not isinstance(value, dict):
+            raise self.fail(f'"{key}" must be a JSON object, got {render(value)}')
+        return value
+
+    def finish(self) -> None:
+        """Reject arguments nobody asked for (most likely typos)."""
+        unknown = [key for key in self.args if key not in self._seen]
+        if unknown:
+            known = ", ".join(f'"{k}"' for k in sorted(self._seen)) or "none"
+            names = ", ".join(f'"{k}"' for k in unknown)
+            raise self.fail(f"unknown argument(s) {names}; accepted: {known}")
+
+
+def no_args(method: str, args: dict[str, Any]) -> None:
+    """Validator for methods that take no arguments."""
+    ArgReader(method, args).finish()

@@ -1,0 +1,298 @@
+"""The envelope (frame 0 of every message) as typed values, with validation and reply builders.
+
+Mirrors ``bridge/protocol/envelope.ts``; the normative description is docs/protocol.md. Parsing never
+trusts the client: every field is checked and a violation raises :class:`ProtocolViolation` whose message
+names the field, what was expected and what arrived, e.g. ``"id" must be a non-negative integer, got "abc"``.
+Unknown fields are ignored (forward compatibility), as zod does by default on the TypeScript side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from posttrain_worker import PROTOCOL_VERSION
+from posttrain_worker.codec.types import DTYPE_TO_TORCH
+from posttrain_worker.protocol.errors import BAD_ENVELOPE, UNSUPPORTED_VERSION, ProtocolViolation
+
+MAX_ID = 2**53 - 1
+"""Largest request id: ids are JSON numbers, and TypeScript numbers are exact up to 2**53 - 1."""
+
+PayloadKind = Literal["tensordict", "tensor", "bytes"]
+PAYLOAD_KINDS: tuple[PayloadKind, ...] = ("tensordict", "tensor", "bytes")
+CLIENT_TYPES = ("request", "heartbeat", "cancel")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Payload descriptors
+
+
+@dataclass(frozen=True)
+class TensorDictPayload:
+    """Frame content: one Arrow IPC stream holding one TensorDict."""
+
+    kind: Literal["tensordict"] = "tensordict"
+
+
+@dataclass(frozen=True)
+class TensorPayload:
+    """Frame content: raw little-endian row-major bytes of one unbatched tensor."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    name: str | None = None
+    kind: Literal["tensor"] = "tensor"
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_TO_TORCH[self.dtype].itemsize
+
+
+@dataclass(frozen=True)
+class BytesPayload:
+    """Frame content: opaque bytes."""
+
+    kind: Literal["bytes"] = "bytes"
+
+
+PayloadDescriptor = TensorDictPayload | TensorPayload | BytesPayload
+
+
+def describe_payload(descriptor: PayloadDescriptor) -> str:
+    """Short human description, for error messages: ``tensor float32 [2, 3]``."""
+    if isinstance(descriptor, TensorPayload):
+        name = f" {descriptor.name!r}" if descriptor.name is not None else ""
+        return f"tensor{name} {descriptor.dtype} {list(descriptor.shape)}"
+    return descriptor.kind
+
+
+def payload_to_json(descriptor: PayloadDescriptor) -> dict[str, Any]:
+    """The JSON form of a descriptor (``name`` only when set)."""
+    if isinstance(descriptor, TensorPayload):
+        out: dict[str, Any] = {"kind": "tensor", "dtype": descriptor.dtype, "shape": list(descriptor.shape)}
+        if descriptor.name is not None:
+            out["name"] = descriptor.name
+        return out
+    return {"kind": descriptor.kind}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Client -> worker envelopes
+
+
+@dataclass(frozen=True)
+class Request:
+    id: int
+    method: str
+    args: dict[str, Any] = field(default_factory=dict)
+    payloads: tuple[PayloadDescriptor, ...] = ()
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    id: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Cancel the request ``id`` (sent by the same client) if it has not started yet."""
+
+    id: int
+
+
+ClientEnvelope = Request | Heartbeat | Cancel
+
+
+def render(value: Any, limit: int = 80) -> str:
+    """A value as it appeared in the JSON, shortened for error messages."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _read_id(value: Any) -> int | None:
+    return value if _is_int(value) and 0 <= value <= MAX_ID else None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+# One decoder/encoder each: json.loads/json.dumps with keyword options build a new one on every call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _load_json(frame: bytes | bytearray | memoryview) -> Any:
+    raw = bytes(frame)
+    if not raw:
+        raise ProtocolViolation(BAD_ENVELOPE, "frame 0 (the envelope) is empty; expected a JSON object")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolViolation(BAD_ENVELOPE, f"frame 0 (the envelope) is not valid UTF-8: {exc}") from None
+    try:
+        return _DECODER.decode(text)
+    except ValueError as exc:
+        raise ProtocolViolation(
+            BAD_ENVELOPE, f"frame 0 (the envelope) is not valid JSON: {exc}; got {render(text)}"
+        ) from None
+
+
+def parse_envelope(frame: bytes | bytearray | memoryview) -> ClientEnvelope:
+    """Parse and validate frame 0 of a client message.
+
+    Raises :class:`ProtocolViolation` with ``BAD_ENVELOPE`` or ``UNSUPPORTED_VERSION``; its ``request_id``
+    is the envelope's id when that could be read, so the error reply can carry it.
+    """
+    obj = _load_json(frame)
+    if not isinstance(obj, dict):
+        raise ProtocolViolation(BAD_ENVELOPE, f"the envelope must be a JSON object, got {render(obj)}")
+    request_id = _read_id(obj.get("id"))
+
+    def violation(message: str, code: str = BAD_ENVELOPE) -> ProtocolViolation:
+        return ProtocolViolation(code, message, request_id)
+
+    if "v" not in obj:
+        raise violation(f'missing field "v" (the protocol version, {PROTOCOL_VERSION})')
+    version = obj["v"]
+    if not _is_int(version):
+        raise violation(f'"v" must be an integer protocol version, got {render(version)}')
+    if version != PROTOCOL_VERSION:
+        raise violation(
+            f"unsupported protocol version {version}: this worker speaks version {PROTOCOL_VERSION}",
+            UNSUPPORTED_VERSION,
+        )
+
+    if "type" not in obj:
+        raise violation('missing field "type" (one of "request", "heartbeat", "cancel")')
+    kind = obj["type"]
+    if kind not in CLIENT_TYPES:
+        raise violation(f'"type" must be one of "request", "heartbeat", "cancel", got {render(kind)}')
+
+    if "id" not in obj:
+        raise violation('missing field "id" (a non-negative integer)')
+    if request_id is None:
+        raise violation(f'"id" must be a non-negative integer (at most 2**53 - 1), got {render(obj["id"])}')
+
+    if kind == "heartbeat":
+        return Heartbeat(request_id)
+    if kind == "cancel":
+        return Cancel(request_id)
+
+    if "method" not in obj:
+        raise violation('missing field "method" (the method name) in a request')
+    method = obj["method"]
+    if not isinstance(method, str) or not method:
+        raise violation(f'"method" must be a non-empty string, got {render(method)}')
+
+    args = obj.get("args", {})
+    if not isinstance(args, dict):
+        raise violation(f'"args" must be a JSON object, got {render(args)}')
+
+    raw_payloads = obj.get("payloads", [])
+    if not isinstance(raw_payloads, list):
+        raise violation(f'"payloads" must be an array of payload descriptors, got {render(raw_payloads)}')
+    try:
+        payloads = tuple(parse_payload(entry, f"payloads[{i}]") for i, entry in enumerate(raw_payloads))
+    except ProtocolViolation as exc:
+        raise violation(exc.message) from None
+    return Request(request_id, method, args, payloads)
+
+
+def parse_payload(entry: Any, where: str = "payload") -> PayloadDescriptor:
+    """Validate one payload descriptor; ``where`` names it in error messages (``payloads[2]``)."""
+    if not isinstance(entry, dict):
+        raise ProtocolViolation(
+            BAD_ENVELOPE, f'"{where}" must be an object with a "kind", got {render(entry)}'
+        )
+    kind = entry.get("kind")
+    if kind == "tensordict":
+        return TensorDictPayload()
+    if kind == "bytes":
+        return BytesPayload()
+    if kind != "tensor":
+        expected = ", ".join(f'"{k}"' for k in PAYLOAD_KINDS)
+        got = render(kind) if "kind" in entry else "nothing"
+        raise ProtocolViolation(BAD_ENVELOPE, f'"{where}.kind" must be one of {expected}, got {got}')
+
+    dtype = entry.get("dtype")
+    if not isinstance(dtype, str) or dtype not in DTYPE_TO_TORCH:
+        expected = ", ".join(DTYPE_TO_TORCH)
+        got = render(dtype) if "dtype" in entry else "nothing"
+        raise ProtocolViolation(BAD_ENVELOPE, f'"{where}.dtype" must be one of {expected}, got {got}')
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        got = render(shape) if "shape" in entry else "nothing"
+        raise ProtocolViolation(
+            BAD_ENVELOPE, f'"{where}.shape" must be an array of non-negative integers, got {got}'
+        )
+    name = entry.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ProtocolViolation(
+            BAD_ENVELOPE, f'"{where}.name" must be a string when present, got {render(name)}'
+        )
+    return TensorPayload(dtype=dtype, shape=tuple(shape), name=name)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Worker -> client envelopes
+
+
+def _dump(obj: Mapping[str, Any]) -> bytes:
+    return _ENCODER.encode(obj).encode("utf-8")
+
+
+def response_ok(
+    request_id: int, result: Mapping[str, Any], payloads: Sequence[PayloadDescriptor] = ()
+) -> bytes:
+    """``{"v":1,"type":"response","id":…,"ok":true,"result":…,"payloads":[…]}``.
+
+    Raises ``TypeError``/``ValueError`` when ``result`` is not JSON (non-finite floats included).
+    """
+    return _dump(
+        {
+            "v": PROTOCOL_VERSION,
+            "type": "response",
+            "id": request_id,
+            "ok": True,
+            "result": result,
+            "payloads": [payload_to_json(p) for p in payloads],
+        }
+    )
+
+
+def response_error(
+    request_id: int | None, code: str, message: str, details: Mapping[str, Any] | None = None
+) -> bytes:
+    """``{"v":1,"type":"response","id":…,"ok":false,"error":{"code","message","details"}}``."""
+    error = {"code": code, "message": message, "details": dict(details) if details else {}}
+    try:
+        return _dump(
+            {"v": PROTOCOL_VERSION, "type": "response", "id": request_id, "ok": False, "error": error}
+        )
+    except (TypeError, ValueError):
+        error["details"] = {"unserializable": render(details)}
+        return _dump(
+            {"v": PROTOCOL_VERSION, "type": "response", "id": request_id, "ok": False, "error": error}
+        )
+
+
+def heartbeat_reply(heartbeat_id: int, busy: bool, queued: int) -> bytes:
+    """``{"v":1,"type":"heartbeat","id":…,"busy":…,"queued":…}``."""
+    return _dump(
+        {"v": PROTOCOL_VERSION, "type": "heartbeat", "id": heartbeat_id, "busy": busy, "queued": queued}
+    )

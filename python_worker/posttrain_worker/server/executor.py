@@ -1,0 +1,220 @@
+"""The compute executor: one thread running compute methods in arrival order.
+
+The I/O thread submits :class:`Job`s; the compute thread decodes their payloads, runs the handler, encodes
+the reply and pushes the reply frames ``[identity, envelope, *payloads]`` on an inproc PUSH socket that the
+I/O thread polls (zmq sockets are not thread-safe: only the I/O thread touches the ROUTER).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from posttrain_worker.protocol.envelope import PayloadDescriptor, response_error, response_ok
+from posttrain_worker.protocol.errors import CANCELLED, INTERNAL, WorkerFailure
+from posttrain_worker.server.payloads import decode_payloads, encode_payloads
+from posttrain_worker.server.registry import CallContext, MethodRegistry, MethodSpec, WorkerFacts
+
+log = logging.getLogger("posttrain_worker.executor")
+
+TRACEBACK_TAIL_CHARS = 4000
+
+
+@dataclass
+class Job:
+    identity: bytes
+    request_id: int
+    spec: MethodSpec
+    args: Any
+    descriptors: tuple[PayloadDescriptor, ...]
+    frames: list[zmq.Frame]
+    received_at: float = field(default_factory=time.monotonic)
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def key(self) -> tuple[bytes, int]:
+        return (self.identity, self.request_id)
+
+
+def internal_failure(exc: BaseException) -> WorkerFailure:
+    """``INTERNAL`` with the exception type and the traceback tail."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if len(tb) > TRACEBACK_TAIL_CHARS:
+        tb = "..." + tb[-TRACEBACK_TAIL_CHARS:]
+    return WorkerFailure(
+        INTERNAL, f"{type(exc).__name__}: {exc}", {"type": type(exc).__qualname__, "traceback": tb}
+    )
+
+
+def run_call(
+    spec: MethodSpec,
+    request_id: int,
+    args: Any,
+    descriptors: tuple[PayloadDescriptor, ...],
+    frames: list[Any],
+    *,
+    facts: WorkerFacts,
+    registry: MethodRegistry,
+    cancel_event: threading.Event,
+    request_shutdown: Callable[[], None],
+) -> list[Any]:
+    """Decode, run, encode: the reply frames ``[envelope, *payloads]``. Never raises for a method's fault."""
+    try:
+        inputs = decode_payloads(descriptors, frames)
+        ctx = CallContext(
+            method=spec.name,
+            request_id=request_id,
+            payloads=inputs,
+            worker=facts,
+            registry=registry,
+            cancel_event=cancel_event,
+            request_shutdown=request_shutdown,
+        )
+        outcome = spec.handler(ctx, args)
+        if isinstance(outcome, dict):
+            result, outputs = outcome, []
+        else:
+            result, outputs = outcome.result, outcome.payloads
+        out_descriptors, out_frames = encode_payloads(outputs)
+        try:
+            envelope = response_ok(request_id, result, out_descriptors)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{spec.name} returned a result that is not JSON: {exc}") from exc
+        return [envelope, *out_frames]
+    except WorkerFailure as failure:
+        if failure.code != CANCELLED:
+            log.info("%s (request %d) failed: %s", spec.name, request_id, failure)
+        return [response_error(request_id, failure.code, failure.message, failure.details)]
+    except Exception as exc:
+        log.exception("%s (request %d) raised", spec.name, request_id)
+        failure = internal_failure(exc)
+        return [response_error(request_id, failure.code, failure.message, failure.details)]
+
+
+class ComputeExecutor:
+    """One worker thread, a FIFO queue, cancellation of queued jobs, a busy flag for heartbeats."""
+
+    def __init__(
+        self,
+        context: zmq.Context,
+        reply_address: str,
+        facts: WorkerFacts,
+        registry: MethodRegistry,
+        request_shutdown: Callable[[], None],
+    ) -> None:
+        self._context = context
+        self._reply_address = reply_address
+        self._facts = facts
+        self._registry = registry
+        self._request_shutdown = request_shutdown
+        self._cond = threading.Condition()
+        self._queue: deque[Job] = deque()
+        self._running: Job | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._main, name="posttrain-compute", daemon=True)
+
+    # ---- called from the I/O thread ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            self._queue.append(job)
+            self._cond.notify()
+
+    def stats(self) -> tuple[bool, int]:
+        """(busy, queued): whether a job is running, and how many wait behind it."""
+        with self._cond:
+            return self._running is not None, len(self._queue)
+
+    def in_flight(self, identity: bytes, request_id: int) -> bool:
+        key = (identity, request_id)
+        with self._cond:
+            return (self._running is not None and self._running.key == key) or any(
+                job.key == key for job in self._queue
+            )
+
+    def cancel(self, identity: bytes, request_id: int) -> Job | None:
+        """Remove a queued job and return it; a running one is only told to stop (returns None)."""
+        key = (identity, request_id)
+        with self._cond:
+            for job in self._queue:
+                if job.key == key:
+                    self._queue.remove(job)
+                    return job
+            if self._running is not None and self._running.key == key:
+                self._running.cancel_event.set()
+        return None
+
+    def stop(self) -> list[Job]:
+        """Stop taking jobs: returns the queued ones (not run) and tells the running one to stop."""
+        with self._cond:
+            self._stopping = True
+            dropped = list(self._queue)
+            self._queue.clear()
+            if self._running is not None:
+                self._running.cancel_event.set()
+            self._cond.notify_all()
+        return dropped
+
+    def join(self, timeout: float) -> bool:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # ---- the compute thread --------------------------------------------------------------------------
+
+    def _next(self) -> Job | None:
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._cond.wait()
+            if self._stopping:
+                return None
+            self._running = self._queue.popleft()
+            return self._running
+
+    def _main(self) -> None:
+        push = self._context.socket(zmq.PUSH)
+        push.setsockopt(zmq.SNDHWM, 0)
+        push.connect(self._reply_address)
+        try:
+            while (job := self._next()) is not None:
+                started = time.monotonic()
+                frames = run_call(
+                    job.spec,
+                    job.request_id,
+                    job.args,
+                    job.descriptors,
+                    job.frames,
+                    facts=self._facts,
+                    registry=self._registry,
+                    cancel_event=job.cancel_event,
+                    request_shutdown=self._request_shutdown,
+                )
+                job.frames = []  # release the request's frames before the reply goes out
+                with self._cond:
+                    self._running = None  # not busy once the reply is on its way (heartbeats after it agree)
+                log.debug(
+                    "%s (request %d) done in %.1f ms (%.1f ms queued)",
+                    job.spec.name,
+                    job.request_id,
+                    (time.monotonic() - started) * 1e3,
+                    (started - job.received_at) * 1e3,
+                )
+                push.send_multipart([job.identity, *frames], copy=False)
+        except Exception:  # pragma: no cover - a bug in the executor itself, not in a method
+            log.exception("the compute thread failed")
+            self._request_shutdown()
+        finally:
+            with self._cond:
+                self._running = None
+            push.close(linger=-1)

@@ -1,0 +1,380 @@
+"""The worker server: the I/O loop on the main thread, owning the ROUTER socket.
+
+It answers heartbeats, cancels and I/O-thread methods inline, queues compute methods on the
+:class:`ComputeExecutor`, and forwards the replies the compute thread pushes on an inproc socket. It stops
+on a ``shutdown`` request, SIGTERM/SIGINT, or EOF on stdin (the parent died), closing its sockets and
+removing the ipc socket file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import torch
+import zmq
+
+from posttrain_worker import PROTOCOL_VERSION
+from posttrain_worker.protocol.envelope import (
+    Cancel,
+    Heartbeat,
+    Request,
+    heartbeat_reply,
+    parse_envelope,
+    response_error,
+)
+from posttrain_worker.protocol.errors import (
+    BAD_ENVELOPE,
+    BAD_PAYLOAD,
+    CANCELLED,
+    ProtocolViolation,
+    WorkerFailure,
+)
+from posttrain_worker.server.config import ServerConfig
+from posttrain_worker.server.endpoint import Endpoint, parse_endpoint
+from posttrain_worker.server.executor import ComputeExecutor, Job, internal_failure, run_call
+from posttrain_worker.server.payloads import check_frames
+from posttrain_worker.server.registry import MethodRegistry, WorkerFacts
+
+log = logging.getLogger("posttrain_worker.server")
+
+READY_PREFIX = "POSTTRAIN_READY "
+REPLY_ADDRESS = "inproc://posttrain-replies"
+MAX_MESSAGES_PER_WAKE = 64
+# I/O-thread methods are short and cannot be cancelled: they share one event that is never set.
+_NEVER_CANCELLED = threading.Event()
+_WAKE_SHUTDOWN = 0  # byte written to the wake-up pipe by request_shutdown (no signal has number 0)
+
+
+class WorkerServer:
+    def __init__(self, config: ServerConfig, registry: MethodRegistry) -> None:
+        self.config = config
+        self.registry = registry
+        self.endpoint: Endpoint = parse_endpoint(config.endpoint)
+        self.facts = WorkerFacts(
+            worker_id=config.worker_id,
+            device=torch.device(config.device),
+            max_payload_bytes=config.max_payload_bytes,
+        )
+        self.bound_endpoint: str | None = None
+        self._stop_reason: str | None = None
+        self._graceful = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    # ---- stopping ------------------------------------------------------------------------------------
+
+    def request_shutdown(self, reason: str = "shutdown request", graceful: bool = True) -> None:
+        """Ask the loop to stop; safe from any thread."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+            self._graceful = graceful
+        if self._wake_w >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, bytes([_WAKE_SHUTDOWN]))
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.request_shutdown(signal.Signals(signum).name, graceful=False)
+
+    # ---- main ----------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Bind, announce, serve until stopped; returns the process exit code."""
+        context = zmq.Context()
+        router = context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.SNDHWM, 0)  # never drop a reply
+        router.setsockopt(zmq.LINGER, 0)
+        try:
+            router.bind(self.endpoint.bind_address)
+        except zmq.ZMQError as exc:
+            log.error("cannot bind %s: %s", self.endpoint.requested, exc)
+            router.close(linger=0)
+            context.term()
+            self._close_pipe()
+            return 1
+        self.bound_endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        if not self.endpoint.is_loopback:
+            log.warning("listening on %s without authentication", self.bound_endpoint)
+
+        pull = context.socket(zmq.PULL)
+        pull.setsockopt(zmq.RCVHWM, 0)
+        pull.bind(REPLY_ADDRESS)
+        executor = ComputeExecutor(
+            context,
+            REPLY_ADDRESS,
+            self.facts,
+            self.registry,
+            lambda: self.request_shutdown("compute thread failed", graceful=False),
+        )
+        executor.start()
+        restore_signals = self._install_signal_handlers()
+        stdin_fd = self._stdin_to_watch()
+        exit_code = 0
+        try:
+            if self.config.announce:
+                self._announce()
+            log.info(
+                "worker %d serving on %s (device %s, pid %d)",
+                self.config.worker_id,
+                self.bound_endpoint,
+                self.facts.device,
+                os.getpid(),
+            )
+            self._serve(router, pull, executor, stdin_fd)
+        except Exception:
+            log.exception("the I/O loop failed")
+            self.request_shutdown("I/O loop failed", graceful=False)
+            exit_code = 1
+        finally:
+            joined = self._close(context, router, pull, executor)
+            restore_signals()
+            self._close_pipe()
+        log.info("worker %d stopped (%s)", self.config.worker_id, self._stop_reason)
+        if not joined:
+            # The compute thread is stuck in a method that never checks cancellation: do not wait for it.
+            log.warning("the running compute method did not stop; exiting without waiting for it")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(exit_code)
+        return exit_code
+
+    def _announce(self) -> None:
+        ready = {"endpoint": self.bound_endpoint, "pid": os.getpid(), "protocolVersion": PROTOCOL_VERSION}
+        sys.stdout.write(READY_PREFIX + json.dumps(ready) + "\n")
+        sys.stdout.flush()
+        # Everything else goes to stderr, even from C extensions: the client reads stdout for READY only.
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+        sys.stdout = sys.stderr
+
+    def _serve(
+        self, router: zmq.Socket, pull: zmq.Socket, executor: ComputeExecutor, stdin_fd: int | None
+    ) -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(pull, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        if stdin_fd is not None:
+            poller.register(stdin_fd, zmq.POLLIN)
+        while self._stop_reason is None:
+            events = dict(poller.poll())
+            if pull in events:
+                self._forward_replies(router, pull)
+            if router in events:
+                for _ in range(MAX_MESSAGES_PER_WAKE):
+                    if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                        break
+                    frames = router.recv_multipart(copy=False)
+                    try:
+                        self._handle(router, executor, frames)
+                    except Exception:  # a bug in the server itself: log it and keep serving
+                        log.exception("failed to handle a message")
+                    if self._stop_reason is not None:
+                        break
+            if self._wake_r in events:
+                self._drain_wake_pipe()
+            if stdin_fd is not None and stdin_fd in events:
+                try:
+                    data = os.read(stdin_fd, 65536)
+                except OSError as exc:
+                    log.info("reading stdin failed (%s): treating it as closed", exc)
+                    data = b""
+                if not data:
+                    self.request_shutdown("stdin closed (the parent process is gone)", graceful=False)
+
+    def _forward_replies(self, router: zmq.Socket, pull: zmq.Socket) -> None:
+        # Checking EVENTS is much cheaper than a NOBLOCK receive that raises zmq.Again.
+        while pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._send(router, pull.recv_multipart(copy=False))
+
+    @staticmethod
+    def _send(router: zmq.Socket, frames: list[Any]) -> None:
+        try:
+            router.send_multipart(frames, copy=False)
+        except zmq.ZMQError as exc:
+            log.warning("could not send a reply: %s", exc)
+
+    # ---- one client message --------------------------------------------------------------------------
+
+    def _handle(self, router: zmq.Socket, executor: ComputeExecutor, frames: list[zmq.Frame]) -> None:
+        identity = frames[0]
+        if len(frames) < 2:
+            return  # a ROUTER always gets at least one frame after the identity
+        payload_frames = frames[2:]
+
+        def reply_error(request_id: int | None, failure: WorkerFailure) -> None:
+            self._send(
+                router, [identity, response_error(request_id, failure.code, failure.message, failure.details)]
+            )
+
+        try:
+            envelope = parse_envelope(frames[1].buffer)
+        except ProtocolViolation as violation:
+            log.info("rejected an envelope: %s", violation)
+            reply_error(violation.request_id, violation)
+            return
+
+        if isinstance(envelope, (Heartbeat, Cancel)) and payload_frames:
+            kind = "heartbeat" if isinstance(envelope, Heartbeat) else "cancel"
+            reply_error(
+                envelope.id,
+                WorkerFailure(BAD_PAYLOAD, f"a {kind} carries no payload frames, got {len(payload_frames)}"),
+            )
+            return
+        if isinstance(envelope, Heartbeat):
+            busy, queued = executor.stats()
+            self._send(router, [identity, heartbeat_reply(envelope.id, busy, queued)])
+            return
+        if isinstance(envelope, Cancel):
+            job = executor.cancel(identity.bytes, envelope.id)
+            if job is not None:
+                log.info("cancelled %s (request %d) before it started", job.spec.name, job.request_id)
+                message = f"{job.spec.name} (request {job.request_id}) was cancelled before it started"
+                reply_error(job.request_id, WorkerFailure(CANCELLED, message))
+            return
+        assert isinstance(envelope, Request)
+        self._handle_request(router, executor, identity, envelope, payload_frames, reply_error)
+
+    def _handle_request(
+        self,
+        router: zmq.Socket,
+        executor: ComputeExecutor,
+        identity: zmq.Frame,
+        request: Request,
+        payload_frames: list[zmq.Frame],
+        reply_error: Callable[[int | None, WorkerFailure], None],
+    ) -> None:
+        try:
+            check_frames(request.payloads, payload_frames, self.config.max_payload_bytes)
+            spec = self.registry.lookup(request.method)
+            try:
+                args = spec.parse_args(spec.name, request.args)
+            except WorkerFailure:
+                raise
+            except Exception as exc:
+                raise internal_failure(exc) from exc
+            self.registry.check_payloads(spec, request.payloads)
+        except WorkerFailure as failure:
+            log.info("rejected %s (request %d): %s", request.method, request.id, failure)
+            reply_error(request.id, failure)
+            return
+
+        if spec.thread == "io":
+            reply = run_call(
+                spec,
+                request.id,
+                args,
+                request.payloads,
+                payload_frames,
+                facts=self.facts,
+                registry=self.registry,
+                cancel_event=_NEVER_CANCELLED,
+                request_shutdown=self.request_shutdown,
+            )
+            self._send(router, [identity, *reply])
+            return
+
+        if executor.in_flight(identity.bytes, request.id):
+            message = f'"id" {request.id} is already in flight; ids must be unique among requests in flight'
+            reply_error(request.id, WorkerFailure(BAD_ENVELOPE, message))
+            return
+        executor.submit(
+            Job(
+                identity=identity.bytes,
+                request_id=request.id,
+                spec=spec,
+                args=args,
+                descriptors=request.payloads,
+                frames=payload_frames,
+            )
+        )
+
+    # ---- setup and teardown --------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous_fd = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+
+        def restore() -> None:
+            signal.set_wakeup_fd(previous_fd)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def _stdin_to_watch(self) -> int | None:
+        """fd 0 when it is a pipe or socket from the parent (not a terminal, not /dev/null)."""
+        if not self.config.watch_stdin:
+            return None
+        try:
+            mode = os.fstat(0).st_mode
+        except OSError:
+            return None
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            return 0
+        log.info("stdin is not a pipe: not watching it for the parent's exit")
+        return None
+
+    def _drain_wake_pipe(self) -> None:
+        try:
+            data = os.read(self._wake_r, 512)
+        except BlockingIOError:
+            return
+        for byte in data:
+            if byte != _WAKE_SHUTDOWN and self._stop_reason is None:
+                # A signal arrived; its Python-level handler may not have run yet.
+                try:
+                    name = signal.Signals(byte).name
+                except ValueError:
+                    name = f"signal {byte}"
+                self.request_shutdown(name, graceful=False)
+
+    def _close(
+        self, context: zmq.Context, router: zmq.Socket, pull: zmq.Socket, executor: ComputeExecutor
+    ) -> bool:
+        """Stop the executor, flush the last replies, close everything; False if the compute thread hung."""
+        for job in executor.stop():
+            message = f"{job.spec.name} (request {job.request_id}) was cancelled: the worker is shutting down"
+            failure = WorkerFailure(CANCELLED, message)
+            self._send(router, [job.identity, response_error(job.request_id, failure.code, failure.message)])
+        joined = executor.join(self.config.stop_join_timeout_s)
+        if joined:
+            self._forward_replies(router, pull)
+        linger = self.config.shutdown_linger_ms if self._graceful else 0
+        pull.close(linger=0)
+        router.close(linger=linger)
+        if joined:
+            context.term()
+        self._remove_socket_file()
+        return joined
+
+    def _remove_socket_file(self) -> None:
+        path = self.endpoint.ipc_path
+        if path is None:
+            return
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("could not remove the socket file %s: %s", path, exc)
+
+    def _close_pipe(self) -> None:
+        fds = (self._wake_r, self._wake_w)
+        self._wake_r = self._wake_w = -1
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)

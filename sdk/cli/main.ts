@@ -1,0 +1,72 @@
+#!/usr/bin/env node
+import { parseArgs } from "node:util";
+import { WorkerPool } from "../workers/index.js";
+import { PosttrainError } from "../../bridge/index.js";
+
+const USAGE = `Usage: posttrain <command> [options]
+
+Commands:
+  info [--device cpu|cuda|auto] [--transport ipc|tcp]
+        Start one worker, print its handshake (versions, devices, capabilities) as JSON, stop it.
+
+Options:
+  -h, --help       Show this help.
+  -v, --version    Show the version.
+`;
+
+async function info(args: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      device: { type: "string", default: "auto" },
+      transport: { type: "string", default: "ipc" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help === true) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const device = values.device;
+  const transport = values.transport;
+  if (device !== "cpu" && device !== "cuda" && device !== "auto") {
+    throw new PosttrainError("INVALID_ARGUMENT", `--device: expected cpu, cuda or auto, got ${device}`);
+  }
+  if (transport !== "ipc" && transport !== "tcp") {
+    throw new PosttrainError("INVALID_ARGUMENT", `--transport: expected ipc or tcp, got ${transport}`);
+  }
+  const pool = await WorkerPool.local({ workers: 1, device, transport });
+  try {
+    process.stdout.write(`${JSON.stringify(pool.worker(0).info, null, 2)}\n`);
+  } finally {
+    await pool.close();
+  }
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case undefined:
+    case "-h":
+    case "--help":
+    case "help":
+      process.stdout.write(USAGE);
+      return;
+    case "-v":
+    case "--version":
+      process.stdout.write("0.1.0\n");
+      return;
+    case "info":
+      await info(rest);
+      return;
+    default:
+      process.stderr.write(`posttrain: unknown command ${JSON.stringify(command)}\n\n${USAGE}`);
+      process.exitCode = 2;
+  }
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  const message = err instanceof PosttrainError ? `${err.code}: ${err.message}` : String(err);
+  process.stderr.write(`posttrain: ${message}\n`);
+  process.exitCode = 1;
+});

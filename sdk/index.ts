@@ -1,0 +1,25 @@
+/**
+ * posttrain: a typed TypeScript SDK for LLM post-training whose tensor compute runs in Python/PyTorch
+ * workers. This entry point re-exports the public API; the transport layer is also available as
+ * `posttrain/bridge`.
+ */
+export * from "./tensordict/index.js";
+export * from "./workers/index.js";
+export {
+  ConnectionClosedError,
+  InvalidArgumentError,
+  PosttrainError,
+  ProtocolError,
+  RequestAbortedError,
+  RequestTimeoutError,
+  WireFormatError,
+  WorkerDiedError,
+  WorkerError,
+  WorkerStartError,
+  WorkerUnresponsiveError,
+  PROTOCOL_VERSION,
+  type LocalDevice,
+  type RequestOptions,
+  type WorkerErrorCode,
+  type WorkerInfo,
+} from "../bridge/index.js";

@@ -1,0 +1,85 @@
+import { z } from "zod";
+import {
+  ProtocolError,
+  type Payload,
+  type RequestOptions,
+  type RpcReply,
+  type WorkerConnection,
+  type WorkerInfo,
+} from "../../bridge/index.js";
+import { TensorDict } from "../tensordict/index.js";
+
+const ComputeForResult = z.object({ iterations: z.number().int().nonnegative() });
+
+/**
+ * The typed client of one worker: each worker method as an async function taking and returning
+ * TensorDicts. Obtain it from `WorkerPool.local(...)`; the transport underneath is `connection`.
+ */
+export class WorkerClient {
+  constructor(
+    /** The bridge connection (generic `request` by method name). */
+    readonly connection: WorkerConnection,
+  ) {}
+
+  /** Name used in messages, e.g. `"worker 0"`. */
+  get name(): string {
+    return this.connection.name;
+  }
+
+  /** What the worker reported in its handshake: versions, devices, capabilities. */
+  get info(): WorkerInfo {
+    return this.connection.info;
+  }
+
+  /** Round trip of a no-op request, in milliseconds. */
+  async ping(options: RequestOptions = {}): Promise<number> {
+    const start = performance.now();
+    await this.connection.request("ping", {}, [], options);
+    return performance.now() - start;
+  }
+
+  /** Sends `td` to the worker, which decodes it into torch tensors and sends it back re-encoded. */
+  async echo(td: TensorDict, options: RequestOptions = {}): Promise<TensorDict> {
+    const reply = await this.connection.request("echo", {}, [{ kind: "tensordict", data: td.toArrow() }], options);
+    return singleTensorDict("echo", reply);
+  }
+
+  /**
+   * Per row of every tensor leaf, the sum of its elements (float64), computed by torch in the worker; for
+   * string leaves, the row's length in characters (int64). Same keys and batch size as `td`.
+   */
+  async rowSums(td: TensorDict, options: RequestOptions = {}): Promise<TensorDict> {
+    const reply = await this.connection.request("row_sums", {}, [{ kind: "tensordict", data: td.toArrow() }], options);
+    return singleTensorDict("row_sums", reply);
+  }
+
+  /** Keeps the worker's compute thread busy for `seconds` (for tests of liveness, timeouts and cancellation). */
+  async computeFor(seconds: number, options: RequestOptions = {}): Promise<number> {
+    const reply = await this.connection.request("compute_for", { seconds }, [], options);
+    return parseResult("compute_for", ComputeForResult, reply).iterations;
+  }
+
+  /** Calls any worker method by name (the escape hatch below the typed methods). */
+  call(
+    method: string,
+    args: Record<string, unknown> = {},
+    payloads: readonly Payload[] = [],
+    options: RequestOptions = {},
+  ): Promise<RpcReply> {
+    return this.connection.request(method, args, payloads, options);
+  }
+}
+
+function singleTensorDict(method: string, reply: RpcReply): TensorDict {
+  const payload = reply.payloads[0];
+  if (reply.payloads.length !== 1 || payload?.kind !== "tensordict") {
+    throw new ProtocolError(`${method}: expected one tensordict payload in the reply, got ${reply.payloads.length}`);
+  }
+  return TensorDict.fromArrow(payload.data);
+}
+
+function parseResult<T>(method: string, schema: z.ZodType<T>, reply: RpcReply): T {
+  const parsed = schema.safeParse(reply.result);
+  if (!parsed.success) throw new ProtocolError(`${method}: malformed result: ${z.prettifyError(parsed.error)}`);
+  return parsed.data;
+}

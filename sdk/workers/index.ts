@@ -1,0 +1,2 @@
+export { WorkerClient } from "./client.js";
+export { WorkerPool, type WorkerPoolOptions } from "./pool.js";

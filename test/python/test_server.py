@@ -1,0 +1,777 @@
+"""The worker server end to end: a real ``python -m posttrain_worker`` subprocess, a raw pyzmq DEALER.
+
+One worker serves most tests (module fixture); lifecycle tests (shutdown, stdin EOF, signals) start their own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import zmq
+from posttrain_worker import PROTOCOL_VERSION
+from posttrain_worker.codec import Ragged, TensorBatch, decode_batch, encode_batch, tensor_to_bytes
+from posttrain_worker.server import MethodRegistry, ServerConfig, WorkerServer
+
+MAX_PAYLOAD = 256 * 1024
+READY_RE = re.compile(r'^POSTTRAIN_READY \{"endpoint": "([^"]+)", "pid": (\d+), "protocolVersion": (\d+)\}$')
+
+
+# ---- harness -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Worker:
+    proc: subprocess.Popen[bytes]
+    endpoint: str
+    ready_line: str
+    directory: Path
+    stderr_path: Path
+
+    @property
+    def socket_path(self) -> Path | None:
+        return Path(self.endpoint[len("ipc://") :]) if self.endpoint.startswith("ipc://") else None
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def wait(self, timeout: float = 10.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(
+                f"worker did not exit within {timeout} s; stderr:\n{self.stderr()}"
+            ) from None
+
+
+def start_worker(endpoint: str | None = None, *extra: str) -> Worker:
+    directory = Path(tempfile.mkdtemp(prefix="ptw-", dir="/tmp"))
+    endpoint = endpoint or f"ipc://{directory}/worker-0.sock"
+    stderr_path = directory / "stderr.log"
+    with stderr_path.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "posttrain_worker", "--endpoint", endpoint, "--worker-id", "3", *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+    assert proc.stdout is not None
+    readable, _, _ = select.select([proc.stdout], [], [], 60)
+    line = proc.stdout.readline().decode() if readable else ""
+    if not line:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"no READY line; stderr:\n{stderr_path.read_text(errors='replace')}")
+    match = READY_RE.match(line.rstrip("\n"))
+    assert match, line
+    return Worker(proc, match.group(1), line.rstrip("\n"), directory, stderr_path)
+
+
+def stop_worker(worker: Worker) -> None:
+    if worker.proc.poll() is None:
+        worker.proc.kill()
+        worker.proc.wait()
+    shutil.rmtree(worker.directory, ignore_errors=True)
+
+
+_ids = itertools.count(1)
+
+
+class Client:
+    """A raw DEALER speaking the envelope protocol."""
+
+    def __init__(self, context: zmq.Context, endpoint: str) -> None:
+        self.socket = context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(endpoint)
+        self.sent: list[int] = []
+
+    def send(self, envelope: dict[str, Any] | bytes, *frames: Any) -> None:
+        head = envelope if isinstance(envelope, bytes) else json.dumps(envelope).encode()
+        self.socket.send_multipart([head, *frames])
+
+    def recv(self, timeout: float = 10.0) -> tuple[dict[str, Any], list[bytes]]:
+        if not self.socket.poll(int(timeout * 1000)):
+            raise AssertionError(f"no reply within {timeout} s")
+        head, *frames = self.socket.recv_multipart()
+        return json.loads(head), frames
+
+    def request(
+        self,
+        method: str,
+        args: dict[str, Any] | None = None,
+        payloads: list[dict[str, Any]] | None = None,
+        frames: tuple[Any, ...] = (),
+    ) -> int:
+        request_id = next(_ids)
+        envelope: dict[str, Any] = {
+            "v": PROTOCOL_VERSION,
+            "type": "request",
+            "id": request_id,
+            "method": method,
+        }
+        if args is not None:
+            envelope["args"] = args
+        if payloads is not None:
+            envelope["payloads"] = payloads
+        self.send(envelope, *frames)
+        self.sent.append(request_id)
+        return request_id
+
+    def call(
+        self, method: str, *a: Any, timeout: float = 10.0, **kw: Any
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        request_id = self.request(method, *a, **kw)
+        reply, frames = self.recv(timeout)
+        assert reply["id"] == request_id, reply
+        return reply, frames
+
+    def heartbeat(self) -> int:
+        heartbeat_id = next(_ids)
+        self.send({"v": PROTOCOL_VERSION, "type": "heartbeat", "id": heartbeat_id})
+        return heartbeat_id
+
+    def wait_busy(self, timeout: float = 5.0) -> dict[str, Any]:
+        """Heartbeat until the worker reports a running compute method; its {busy, queued}."""
+        deadline = time.monotonic() + timeout
+        while True:
+            heartbeat_id = self.heartbeat()
+            reply, _ = self.recv()
+            assert reply["type"] == "heartbeat" and reply["id"] == heartbeat_id, reply
+            if reply["busy"] or time.monotonic() > deadline:
+                return {"busy": reply["busy"], "queued": reply["queued"]}
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        """Cancel whatever this client left in flight (so a failed test does not block the next ones)."""
+        for request_id in self.sent:
+            self.send({"v": PROTOCOL_VERSION, "type": "cancel", "id": request_id})
+        self.socket.close(linger=100)
+
+
+def ok(reply: dict[str, Any]) -> dict[str, Any]:
+    assert reply["type"] == "response" and reply["ok"] is True, reply
+    return reply["result"]
+
+
+def error(reply: dict[str, Any], code: str) -> str:
+    assert reply["type"] == "response" and reply["ok"] is False, reply
+    assert reply["error"]["code"] == code, reply
+    return reply["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def zctx() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture(scope="module")
+def worker(zctx: zmq.Context) -> Iterator[Worker]:
+    w = start_worker(None, "--max-payload-bytes", str(MAX_PAYLOAD))
+    yield w
+    client = Client(zctx, w.endpoint)
+    try:
+        if w.proc.poll() is None:
+            ok(client.call("shutdown")[0])
+            assert w.wait() == 0, w.stderr()
+    finally:
+        client.close()
+        stop_worker(w)
+
+
+@pytest.fixture
+def client(zctx: zmq.Context, worker: Worker) -> Iterator[Client]:
+    c = Client(zctx, worker.endpoint)
+    yield c
+    c.close()
+
+
+def sample_batch() -> TensorBatch:
+    return TensorBatch(
+        (2,),
+        {
+            "obs": torch.arange(6, dtype=torch.float32).reshape(2, 3) - 2.5,
+            "reward": torch.tensor([1, -7], dtype=torch.int64),
+            "mask": torch.tensor([True, False]),
+            "bf": torch.tensor([[1.5, 2.0], [-0.25, 8.0]], dtype=torch.bfloat16),
+            "tokens": Ragged(torch.tensor([3, 4, 5, 6, 7], dtype=torch.int32), torch.tensor([0, 2, 5])),
+            "pairs": Ragged(torch.arange(6, dtype=torch.float16).reshape(3, 2), torch.tensor([0, 0, 3])),
+            "text": ["héllo wörld", ""],
+            "next": {"reward": torch.tensor([0.5, 1.5], dtype=torch.float64), "done": torch.tensor([0, 1])},
+        },
+    )
+
+
+def assert_batches_equal(a: TensorBatch, b: TensorBatch) -> None:
+    assert a.batch_size == b.batch_size
+
+    def same(x: Any, y: Any, key: str) -> None:
+        if isinstance(x, torch.Tensor):
+            assert isinstance(y, torch.Tensor) and x.dtype == y.dtype and torch.equal(x, y), key
+        elif isinstance(x, Ragged):
+            assert isinstance(y, Ragged), key
+            assert x.rows == y.rows
+            for i in range(x.rows):
+                assert torch.equal(x.row(i), y.row(i)), key
+        elif isinstance(x, dict):
+            assert isinstance(y, dict) and list(x) == list(y), key
+            for k in x:
+                same(x[k], y[k], f"{key}/{k}")
+        else:
+            assert list(x) == list(y), key
+
+    same(a.columns, b.columns, "")
+
+
+# ---- handshake, info, ping -----------------------------------------------------------------------------
+
+
+def test_ready_line(worker: Worker) -> None:
+    match = READY_RE.match(worker.ready_line)
+    assert match is not None
+    assert int(match.group(2)) == worker.proc.pid
+    assert int(match.group(3)) == PROTOCOL_VERSION
+    assert worker.socket_path is not None and worker.socket_path.is_socket()
+
+
+def test_handshake_and_info(client: Client, worker: Worker) -> None:
+    info = ok(
+        client.call("handshake", {"protocolVersion": PROTOCOL_VERSION, "client": {"name": "pytest"}})[0]
+    )
+    assert info["protocolVersion"] == PROTOCOL_VERSION
+    assert info["workerId"] == 3
+    assert info["pid"] == worker.proc.pid
+    assert info["maxPayloadBytes"] == MAX_PAYLOAD
+    assert info["torch"] == torch.__version__
+    for key in ("workerVersion", "python", "numpy", "pyarrow", "zmq"):
+        assert isinstance(info[key], str) and info[key], key
+    assert info["devices"][0]["type"] == "cpu"
+    assert set(info["capabilities"]["methods"]) >= {
+        "handshake",
+        "info",
+        "ping",
+        "echo",
+        "row_sums",
+        "shutdown",
+    }
+    assert "transformers" in info["capabilities"]["backends"]
+    again = ok(client.call("info")[0])
+    assert again == info
+
+
+def test_handshake_rejects_other_protocol_version(client: Client) -> None:
+    message = error(client.call("handshake", {"protocolVersion": 99})[0], "UNSUPPORTED_VERSION")
+    assert "99" in message
+
+
+def test_ping(client: Client) -> None:
+    reply, frames = client.call("ping")
+    assert ok(reply) == {} and reply["payloads"] == [] and frames == []
+
+
+# ---- compute methods -----------------------------------------------------------------------------------
+
+
+def test_echo_tensordict(client: Client) -> None:
+    batch = sample_batch()
+    sent = bytes(encode_batch(batch))
+    reply, frames = client.call("echo", payloads=[{"kind": "tensordict"}], frames=(sent,))
+    ok(reply)
+    assert reply["payloads"] == [{"kind": "tensordict"}]
+    assert frames[0] == sent  # canonical encoding: decode + re-encode gives the same bytes
+    assert_batches_equal(decode_batch(frames[0]), batch)
+
+
+def test_echo_raw_tensors_and_bytes(client: Client) -> None:
+    weight = torch.randn(3, 4)
+    half = torch.tensor([[1.0, -2.5]], dtype=torch.bfloat16)
+    blob = os.urandom(100_000)
+    payloads = [
+        {"kind": "tensor", "dtype": "float32", "shape": [3, 4], "name": "w"},
+        {"kind": "bytes"},
+        {"kind": "tensor", "dtype": "bfloat16", "shape": [1, 2]},
+        {"kind": "tensordict"},
+    ]
+    td = bytes(encode_batch(TensorBatch((), {"x": torch.tensor(2.0)})))
+    frames = (bytes(tensor_to_bytes(weight)), blob, bytes(tensor_to_bytes(half)), td)
+    reply, out = client.call("echo", payloads=payloads, frames=frames)
+    ok(reply)
+    assert reply["payloads"] == payloads
+    assert out == list(frames)
+    assert torch.equal(torch.frombuffer(bytearray(out[0]), dtype=torch.float32).view(3, 4), weight)
+
+
+def test_row_sums(client: Client) -> None:
+    batch = sample_batch()
+    reply, frames = client.call("row_sums", payloads=[{"kind": "tensordict"}], frames=(encode_batch(batch),))
+    ok(reply)
+    assert reply["payloads"] == [{"kind": "tensordict"}]
+    sums = decode_batch(frames[0])
+    assert sums.batch_size == (2,)
+    cols = sums.columns
+    assert list(cols) == list(batch.columns)
+    obs = batch.columns["obs"]
+    assert isinstance(obs, torch.Tensor)
+    expected = {
+        "obs": obs.double().sum(1),
+        "reward": torch.tensor([1.0, -7.0], dtype=torch.float64),
+        "mask": torch.tensor([1.0, 0.0], dtype=torch.float64),
+        "bf": torch.tensor([3.5, 7.75], dtype=torch.float64),
+        "tokens": torch.tensor([7.0, 18.0], dtype=torch.float64),
+        "pairs": torch.tensor([0.0, 15.0], dtype=torch.float64),
+        "text": torch.tensor([11, 0], dtype=torch.int64),
+    }
+    for key, want in expected.items():
+        got = cols[key]
+        assert isinstance(got, torch.Tensor) and got.dtype == want.dtype, key
+        assert torch.allclose(got, want) if want.is_floating_point() else torch.equal(got, want), key
+    nested = cols["next"]
+    assert isinstance(nested, dict)
+    assert torch.equal(nested["reward"], torch.tensor([0.5, 1.5], dtype=torch.float64))
+    assert torch.equal(nested["done"], torch.tensor([0.0, 1.0], dtype=torch.float64))
+
+
+def test_row_sums_multi_dim_batch(client: Client) -> None:
+    x = torch.randn(2, 3, 4, 5)
+    batch = TensorBatch((2, 3), {"x": x, "s": ["a", "bb", "ccc", "", "é", "xyz"]})
+    reply, frames = client.call("row_sums", payloads=[{"kind": "tensordict"}], frames=(encode_batch(batch),))
+    ok(reply)
+    sums = decode_batch(frames[0])
+    assert sums.batch_size == (2, 3)
+    got = sums.columns["x"]
+    assert isinstance(got, torch.Tensor)
+    assert torch.allclose(got, x.double().sum((2, 3)))
+    assert torch.equal(sums.columns["s"], torch.tensor([[1, 2, 3], [0, 1, 3]]))  # type: ignore[arg-type]
+
+
+def test_heartbeats_answered_while_computing(client: Client) -> None:
+    compute_id = client.request("compute_for", {"seconds": 1.5})
+    assert client.wait_busy() == {"busy": True, "queued": 0}
+    latencies = []
+    busy_seen = []
+    deadline = time.monotonic() + 1.2
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        heartbeat_id = client.heartbeat()
+        reply, _ = client.recv(timeout=1.0)
+        latencies.append(time.monotonic() - started)
+        assert reply == {"v": 1, "type": "heartbeat", "id": heartbeat_id, "busy": True, "queued": 0}
+        busy_seen.append(reply["busy"])
+        time.sleep(0.1)
+    assert len(latencies) >= 5
+    assert max(latencies) < 0.2, latencies
+    reply, _ = client.recv(timeout=5)
+    assert reply["id"] == compute_id and ok(reply)["iterations"] > 0
+    heartbeat_id = client.heartbeat()
+    assert client.recv()[0] == {"v": 1, "type": "heartbeat", "id": heartbeat_id, "busy": False, "queued": 0}
+
+
+def test_cancel_queued_request(client: Client) -> None:
+    first = client.request("compute_for", {"seconds": 0.6})
+    second = client.request("compute_for", {"seconds": 30})
+    assert client.wait_busy() == {"busy": True, "queued": 1}
+    client.send({"v": 1, "type": "cancel", "id": second})
+    reply, _ = client.recv(timeout=0.5)  # answered at once, before the first request finishes
+    assert reply["id"] == second
+    assert "before it started" in error(reply, "CANCELLED")
+    reply, _ = client.recv(timeout=5)
+    assert reply["id"] == first and ok(reply)["iterations"] > 0
+    client.send({"v": 1, "type": "cancel", "id": 123456789})  # unknown ids are ignored
+    assert ok(client.call("ping")[0]) == {}
+
+
+def test_cancel_running_request_stops_it(client: Client) -> None:
+    request_id = client.request("compute_for", {"seconds": 30})
+    assert client.wait_busy() == {"busy": True, "queued": 0}
+    started = time.monotonic()
+    client.send({"v": 1, "type": "cancel", "id": request_id})
+    reply, _ = client.recv(timeout=2)
+    assert reply["id"] == request_id
+    assert "while running" in error(reply, "CANCELLED")
+    assert time.monotonic() - started < 1.0
+
+
+def test_duplicate_id_in_flight(client: Client) -> None:
+    request_id = client.request("compute_for", {"seconds": 0.3})
+    client.send(
+        {"v": 1, "type": "request", "id": request_id, "method": "compute_for", "args": {"seconds": 0}}
+    )
+    reply, _ = client.recv()
+    assert reply["id"] == request_id
+    assert "already in flight" in error(reply, "BAD_ENVELOPE")
+    reply, _ = client.recv()
+    assert reply["id"] == request_id and ok(reply)
+
+
+# ---- bad inputs: each gets an error naming the problem, and the worker keeps serving ----------------------
+
+_TD = {"kind": "tensordict"}
+
+
+def _arrow() -> bytes:
+    return bytes(encode_batch(sample_batch()))
+
+
+BAD_INPUTS: dict[str, tuple[list[Any], str, str, bool]] = {
+    # name: (frames, code, text in message, whether the reply carries the request id 77)
+    "not json": ([b"{not json"], "BAD_ENVELOPE", "not valid JSON", False),
+    "empty envelope": ([b""], "BAD_ENVELOPE", "empty", False),
+    "not utf-8": ([b'{"v":1,"id":1,"x":"\xff"}'], "BAD_ENVELOPE", "UTF-8", False),
+    "not an object": ([b"[1,2]"], "BAD_ENVELOPE", "JSON object", False),
+    "NaN": (
+        [b'{"v":1,"type":"request","id":77,"method":"ping","args":{"x":NaN}}'],
+        "BAD_ENVELOPE",
+        "NaN",
+        False,
+    ),
+    "missing v": ([{"type": "request", "id": 77, "method": "ping"}], "BAD_ENVELOPE", '"v"', True),
+    "v not int": ([{"v": "1", "type": "request", "id": 77, "method": "ping"}], "BAD_ENVELOPE", '"v"', True),
+    "wrong version": (
+        [{"v": 2, "type": "request", "id": 77, "method": "ping"}],
+        "UNSUPPORTED_VERSION",
+        "2",
+        True,
+    ),
+    "missing type": ([{"v": 1, "id": 77, "method": "ping"}], "BAD_ENVELOPE", '"type"', True),
+    "bad type": ([{"v": 1, "type": "response", "id": 77}], "BAD_ENVELOPE", '"type" must be one of', True),
+    "missing id": ([{"v": 1, "type": "request", "method": "ping"}], "BAD_ENVELOPE", '"id"', False),
+    "id string": (
+        [{"v": 1, "type": "request", "id": "abc", "method": "ping"}],
+        "BAD_ENVELOPE",
+        '"id" must be a non-negative integer (at most 2**53 - 1), got "abc"',
+        False,
+    ),
+    "id negative": ([{"v": 1, "type": "heartbeat", "id": -1}], "BAD_ENVELOPE", "got -1", False),
+    "id float": ([{"v": 1, "type": "cancel", "id": 1.5}], "BAD_ENVELOPE", "got 1.5", False),
+    "missing method": ([{"v": 1, "type": "request", "id": 77}], "BAD_ENVELOPE", '"method"', True),
+    "method not string": (
+        [{"v": 1, "type": "request", "id": 77, "method": 5}],
+        "BAD_ENVELOPE",
+        '"method"',
+        True,
+    ),
+    "args not object": (
+        [{"v": 1, "type": "request", "id": 77, "method": "ping", "args": [1]}],
+        "BAD_ENVELOPE",
+        '"args" must be a JSON object, got [1]',
+        True,
+    ),
+    "payloads not array": (
+        [{"v": 1, "type": "request", "id": 77, "method": "echo", "payloads": {}}],
+        "BAD_ENVELOPE",
+        '"payloads"',
+        True,
+    ),
+    "payload kind": (
+        [{"v": 1, "type": "request", "id": 77, "method": "echo", "payloads": [{"kind": "pickle"}]}, b"x"],
+        "BAD_ENVELOPE",
+        '"payloads[0].kind" must be one of',
+        True,
+    ),
+    "tensor dtype": (
+        [
+            {
+                "v": 1,
+                "type": "request",
+                "id": 77,
+                "method": "echo",
+                "payloads": [{"kind": "tensor", "dtype": "f4"}],
+            },
+            b"x",
+        ],
+        "BAD_ENVELOPE",
+        '"payloads[0].dtype"',
+        True,
+    ),
+    "tensor shape": (
+        [
+            {
+                "v": 1,
+                "type": "request",
+                "id": 77,
+                "method": "echo",
+                "payloads": [{"kind": "tensor", "dtype": "float32", "shape": [2, -1]}],
+            },
+            b"x",
+        ],
+        "BAD_ENVELOPE",
+        '"payloads[0].shape"',
+        True,
+    ),
+    "unknown method": (
+        [{"v": 1, "type": "request", "id": 77, "method": "fly"}],
+        "UNKNOWN_METHOD",
+        "ping",
+        True,
+    ),
+    "missing argument": (
+        [{"v": 1, "type": "request", "id": 77, "method": "compute_for"}],
+        "BAD_ARGUMENTS",
+        '"seconds"',
+        True,
+    ),
+    "argument type": (
+        [{"v": 1, "type": "request", "id": 77, "method": "compute_for", "args": {"seconds": "x"}}],
+        "BAD_ARGUMENTS",
+        '"seconds" must be a finite number, got "x"',
+        True,
+    ),
+    "argument range": (
+        [{"v": 1, "type": "request", "id": 77, "method": "compute_for", "args": {"seconds": -1}}],
+        "BAD_ARGUMENTS",
+        '"seconds" must be >= 0',
+        True,
+    ),
+    "unknown argument": (
+        [{"v": 1, "type": "request", "id": 77, "method": "ping", "args": {"fast": True}}],
+        "BAD_ARGUMENTS",
+        '"fast"',
+        True,
+    ),
+    "handshake without version": (
+        [{"v": 1, "type": "request", "id": 77, "method": "handshake"}],
+        "BAD_ARGUMENTS",
+        '"protocolVersion"',
+        True,
+    ),
+    "described payload missing": (
+        [{"v": 1, "type": "request", "id": 77, "method": "echo", "payloads": [_TD]}],
+        "BAD_PAYLOAD",
+        "describes 1 payload(s)",
+        True,
+    ),
+    "undescribed payload frame": (
+        [{"v": 1, "type": "request", "id": 77, "method": "echo"}, b"extra"],
+        "BAD_PAYLOAD",
+        "carries 1 payload frame(s)",
+        True,
+    ),
+    "payload to a method without payloads": (
+        [{"v": 1, "type": "request", "id": 77, "method": "ping", "payloads": [{"kind": "bytes"}]}, b"x"],
+        "BAD_PAYLOAD",
+        "ping takes payloads [none]",
+        True,
+    ),
+    "wrong payload kind": (
+        [{"v": 1, "type": "request", "id": 77, "method": "row_sums", "payloads": [{"kind": "bytes"}]}, b"x"],
+        "BAD_PAYLOAD",
+        "row_sums takes payloads [tensordict], got [bytes]",
+        True,
+    ),
+    "raw tensor length": (
+        [
+            {
+                "v": 1,
+                "type": "request",
+                "id": 77,
+                "method": "echo",
+                "payloads": [{"kind": "tensor", "dtype": "float32", "shape": [2, 3]}],
+            },
+            b"\0" * 20,
+        ],
+        "BAD_PAYLOAD",
+        "payload 0 (tensor float32 [2, 3]): expected 24 bytes",
+        True,
+    ),
+    "truncated arrow": (
+        [{"v": 1, "type": "request", "id": 77, "method": "echo", "payloads": [_TD]}, _arrow()[:-100]],
+        "BAD_PAYLOAD",
+        "payload 0 (tensordict)",
+        True,
+    ),
+    "random bytes as arrow": (
+        [
+            {"v": 1, "type": "request", "id": 77, "method": "row_sums", "payloads": [_TD]},
+            bytes(range(256)) * 4,
+        ],
+        "BAD_PAYLOAD",
+        "payload 0 (tensordict)",
+        True,
+    ),
+    "second payload bad": (
+        [
+            {"v": 1, "type": "request", "id": 77, "method": "echo", "payloads": [_TD, _TD]},
+            _arrow(),
+            b"\xff" * 64,
+        ],
+        "BAD_PAYLOAD",
+        "payload 1 (tensordict)",
+        True,
+    ),
+    "too large": (
+        [
+            {"v": 1, "type": "request", "id": 77, "method": "echo", "payloads": [{"kind": "bytes"}]},
+            b"\0" * (MAX_PAYLOAD + 1),
+        ],
+        "PAYLOAD_TOO_LARGE",
+        str(MAX_PAYLOAD),
+        True,
+    ),
+    "heartbeat with payload": (
+        [{"v": 1, "type": "heartbeat", "id": 77}, b"x"],
+        "BAD_PAYLOAD",
+        "heartbeat",
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_gets_error_then_worker_serves(client: Client, name: str) -> None:
+    frames, code, text, has_id = BAD_INPUTS[name]
+    client.send(*frames)
+    reply, extra = client.recv()
+    assert extra == []
+    assert reply["v"] == 1 and reply["type"] == "response"
+    message = error(reply, code)
+    assert text in message, message
+    assert reply["id"] == (77 if has_id else None)
+    assert isinstance(reply["error"]["details"], dict)
+    assert ok(client.call("ping")[0]) == {}
+
+
+def test_bad_payload_details_name_the_index(client: Client) -> None:
+    reply, _ = client.call("echo", payloads=[_TD], frames=(b"garbage!" * 8,))
+    error(reply, "BAD_PAYLOAD")
+    assert reply["error"]["details"]["payloadIndex"] == 0
+
+
+# ---- the server in-process: INTERNAL errors from a method that raises ----------------------------------
+
+
+def test_internal_error_has_type_and_traceback(zctx: zmq.Context) -> None:
+    def explode(_ctx: Any, _args: Any) -> dict[str, Any]:
+        raise ZeroDivisionError("boom")
+
+    def not_json(_ctx: Any, _args: Any) -> dict[str, Any]:
+        return {"x": float("nan")}
+
+    registry = MethodRegistry()
+    registry.add("explode", explode, thread="compute")
+    registry.add("explode_io", explode, thread="io")
+    registry.add("not_json", not_json, thread="compute")
+    registry.add("ping", lambda _c, _a: {}, thread="io")
+    directory = tempfile.mkdtemp(prefix="ptw-", dir="/tmp")
+    server = WorkerServer(
+        ServerConfig(endpoint=f"ipc://{directory}/inproc.sock", announce=False, watch_stdin=False), registry
+    )
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(server.run()), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while server.bound_endpoint is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.bound_endpoint is not None
+        c = Client(zctx, server.bound_endpoint)
+        for method in ("explode", "explode_io"):
+            reply, _ = c.call(method)
+            assert "ZeroDivisionError: boom" in error(reply, "INTERNAL")
+            assert reply["error"]["details"]["type"] == "ZeroDivisionError"
+            assert "raise ZeroDivisionError" in reply["error"]["details"]["traceback"]
+        assert "not JSON" in error(c.call("not_json")[0], "INTERNAL")
+        assert ok(c.call("ping")[0]) == {}
+        c.close()
+    finally:
+        server.request_shutdown()
+        thread.join(10)
+        shutil.rmtree(directory, ignore_errors=True)
+    assert result == [0]
+    assert not os.path.exists(f"{directory}/inproc.sock")
+
+
+# ---- lifecycle -----------------------------------------------------------------------------------------
+
+
+def test_shutdown_exits_zero_and_removes_socket(zctx: zmq.Context) -> None:
+    w = start_worker()
+    try:
+        c = Client(zctx, w.endpoint)
+        queued = c.request("compute_for", {"seconds": 0.5})
+        waiting = c.request("compute_for", {"seconds": 5})
+        assert ok(c.call("shutdown")[0]) == {}
+        replies = {r["id"]: r for r in (c.recv()[0], c.recv()[0])}
+        assert "shutting down" in error(replies[waiting], "CANCELLED")
+        error(replies[queued], "CANCELLED")  # it was running: told to stop
+        c.close()
+        assert w.wait() == 0, w.stderr()
+        assert w.socket_path is not None and not w.socket_path.exists()
+        assert sorted(p.name for p in w.directory.iterdir()) == ["stderr.log"]
+    finally:
+        stop_worker(w)
+
+
+def test_stdin_eof_exits(zctx: zmq.Context) -> None:
+    w = start_worker()
+    try:
+        c = Client(zctx, w.endpoint)
+        assert ok(c.call("ping")[0]) == {}
+        c.close()
+        assert w.proc.stdin is not None
+        w.proc.stdin.close()
+        assert w.wait() == 0, w.stderr()
+        assert w.socket_path is not None and not w.socket_path.exists()
+        assert "stdin closed" in w.stderr()
+    finally:
+        stop_worker(w)
+
+
+def test_sigterm_exits_cleanly_while_computing(zctx: zmq.Context) -> None:
+    w = start_worker()
+    try:
+        c = Client(zctx, w.endpoint)
+        c.request("compute_for", {"seconds": 30})
+        time.sleep(0.2)
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.wait(timeout=5) == 0, w.stderr()
+        assert w.socket_path is not None and not w.socket_path.exists()
+        assert "SIGTERM" in w.stderr()
+        c.close()
+    finally:
+        stop_worker(w)
+
+
+def test_tcp_endpoint_and_sigint(zctx: zmq.Context) -> None:
+    w = start_worker("tcp://127.0.0.1:0")
+    try:
+        assert re.fullmatch(r"tcp://127\.0\.0\.1:\d+", w.endpoint) and not w.endpoint.endswith(":0")
+        c = Client(zctx, w.endpoint)
+        assert ok(c.call("ping")[0]) == {}
+        c.close()
+        w.proc.send_signal(signal.SIGINT)
+        assert w.wait() == 0, w.stderr()
+        assert "Traceback" not in w.stderr()
+    finally:
+        stop_worker(w)
+
+
+def test_bad_endpoint_fails_fast() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "posttrain_worker", "--endpoint", "ipc:///nonexistent-dir/w.sock"],
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    assert b"does not exist" in proc.stderr
