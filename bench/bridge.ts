@@ -10,7 +10,7 @@ import { parseArgs } from "node:util";
 import { Dealer } from "zeromq";
 import { resolvePython } from "../bridge/index.js";
 import { Tensor, TensorDict, WorkerPool } from "../sdk/index.js";
-import { median, quantile, round, timeIt } from "./stats.js";
+import { median, quantile, round, timeInterleaved, timeIt } from "./stats.js";
 
 const MB = 1024 * 1024;
 const { values: flags } = parseArgs({
@@ -91,8 +91,7 @@ async function main(): Promise<void> {
   try {
     log("no-op round trips");
     const tiny = new Uint8Array([1]);
-    const rawSmall = await timeIt(() => raw.send(tiny), 3000, 300);
-    const rpc = await timeIt(() => worker.ping(), 3000, 300);
+    const [rawSmall, rpc] = await timeInterleaved(() => raw.send(tiny), () => worker.ping(), 3000, 300);
 
     const transfer: Record<string, unknown> = {};
     for (const mb of sizesMb) {
@@ -100,8 +99,9 @@ async function main(): Promise<void> {
       const td = denseTd(mb * MB);
       const payloadBytes = td.toArrow().byteLength;
       const frame = new Uint8Array(mb * MB).fill(3);
-      const rawMs = median(await timeIt(() => raw.send(frame), reps(mb), 2));
-      const tdMs = median(await timeIt(() => worker.echo(td), reps(mb), 2));
+      const [rawTimes, tdTimes] = await timeInterleaved(() => raw.send(frame), () => worker.echo(td), reps(mb), 2);
+      const rawMs = median(rawTimes);
+      const tdMs = median(tdTimes);
       const rawMBs = (2 * mb) / (rawMs / 1000);
       const tdMBs = (2 * (payloadBytes / MB)) / (tdMs / 1000);
       transfer[`${mb}MB`] = {

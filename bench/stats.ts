@@ -30,3 +30,30 @@ export function round(value: number, digits = 3): number {
   const f = 10 ** digits;
   return Math.round(value * f) / f;
 }
+
+/**
+ * Times `a` and `b` alternately (`a`, `b`, `a`, `b`, ...) so that both see the same machine state; returns
+ * the durations of each in ms. A fairer comparison than two separate runs on a noisy 2-core machine.
+ */
+export async function timeInterleaved(
+  a: () => Promise<unknown>,
+  b: () => Promise<unknown>,
+  reps: number,
+  warmup = 0,
+): Promise<[number[], number[]]> {
+  for (let i = 0; i < warmup; i++) {
+    await a();
+    await b();
+  }
+  const ta: number[] = [];
+  const tb: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    let t0 = performance.now();
+    await a();
+    ta.push(performance.now() - t0);
+    t0 = performance.now();
+    await b();
+    tb.push(performance.now() - t0);
+  }
+  return [ta, tb];
+}

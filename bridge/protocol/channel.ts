@@ -180,6 +180,19 @@ export class RpcChannel {
     void this.transport.close();
   }
 
+  /**
+   * Rejects every request pending now with `error` (the worker is told to drop them), without failing the
+   * channel: later requests still go out. Used before a requested shutdown.
+   */
+  rejectPending(error: Error): void {
+    for (const id of [...this.pending.keys()]) {
+      this.settle(id, (p) => {
+        p.reject(error);
+      });
+      this.transport.send([encodeEnvelope({ v: PROTOCOL_VERSION, type: "cancel", id })]).catch(() => undefined);
+    }
+  }
+
   /** Closes the channel: pending requests are rejected with `ConnectionClosedError`. */
   async close(): Promise<void> {
     this.fail(new ConnectionClosedError(`${this.options.name}: connection closed by the client`));

@@ -15,6 +15,8 @@ export interface ZmqDealerOptions {
 export class ZmqDealerTransport implements Transport {
   private readonly socket: Dealer;
   private sendTail: Promise<void> = Promise.resolve();
+  /** Sends started and not yet settled. */
+  private queued = 0;
   private closing = false;
   private handler: TransportHandler | undefined;
 
@@ -32,12 +34,24 @@ export class ZmqDealerTransport implements Transport {
 
   send(frames: readonly Uint8Array[]): Promise<void> {
     if (this.closing) return Promise.reject(new ConnectionClosedError("transport is closed"));
-    const next = this.sendTail.then(async () => {
-      if (this.closing) throw new ConnectionClosedError("transport is closed");
-      await this.socket.send(frames as Uint8Array[]);
-    });
+    // Fast path: nothing queued, so this send may go out at once (one pending send per socket).
+    const next =
+      this.queued === 0
+        ? this.socket.send(frames as Uint8Array[])
+        : this.sendTail.then(async () => {
+            if (this.closing) throw new ConnectionClosedError("transport is closed");
+            await this.socket.send(frames as Uint8Array[]);
+          });
+    this.queued++;
     // Keep the queue going after a failed send; the caller still sees the failure through `next`.
-    this.sendTail = next.catch(() => undefined);
+    this.sendTail = next.then(
+      () => {
+        this.queued--;
+      },
+      () => {
+        this.queued--;
+      },
+    );
     return next;
   }
 

@@ -138,6 +138,8 @@ export class WorkerConnection {
     const timeoutMs = options.timeoutMs ?? 5000;
     const proc = this.process;
     if (this.alive) {
+      // Requests still pending end here, as closed by the client, whatever the worker answers them later.
+      this.channel.rejectPending(new ConnectionClosedError(`${this.name}: connection closed by the client`));
       await this.channel.request("shutdown", {}, [], { timeoutMs }).catch(() => undefined);
     }
     await this.channel.close();

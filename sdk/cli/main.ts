@@ -1,7 +1,9 @@
 #!/usr/bin/env node
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { WorkerPool } from "../workers/index.js";
-import { PosttrainError } from "../../bridge/index.js";
+import { PosttrainError, packageRoot } from "../../bridge/index.js";
 
 const USAGE = `Usage: posttrain <command> [options]
 
@@ -13,6 +15,17 @@ Options:
   -h, --help       Show this help.
   -v, --version    Show the version.
 `;
+
+/** The version in posttrain's package.json (found from this module, in the source tree or in dist/). */
+function version(): string {
+  try {
+    const manifest = JSON.parse(readFileSync(join(packageRoot(), "package.json"), "utf8")) as { name?: unknown; version?: unknown };
+    if (manifest.name === "posttrain" && typeof manifest.version === "string") return manifest.version;
+  } catch {
+    // fall through
+  }
+  return "unknown";
+}
 
 async function info(args: string[]): Promise<void> {
   const { values } = parseArgs({
@@ -54,7 +67,7 @@ async function main(argv: string[]): Promise<void> {
       return;
     case "-v":
     case "--version":
-      process.stdout.write("0.1.0\n");
+      process.stdout.write(`${version()}\n`);
       return;
     case "info":
       await info(rest);
@@ -65,7 +78,17 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
+/** Errors of `parseArgs` (unknown option, missing value, stray positional): usage errors, exit code 2. */
+function isUsageError(err: unknown): err is Error {
+  return err instanceof Error && "code" in err && typeof err.code === "string" && err.code.startsWith("ERR_PARSE_ARGS_");
+}
+
 main(process.argv.slice(2)).catch((err: unknown) => {
+  if (isUsageError(err)) {
+    process.stderr.write(`posttrain: ${err.message}\n\n${USAGE}`);
+    process.exitCode = 2;
+    return;
+  }
   const message = err instanceof PosttrainError ? `${err.code}: ${err.message}` : String(err);
   process.stderr.write(`posttrain: ${message}\n`);
   process.exitCode = 1;

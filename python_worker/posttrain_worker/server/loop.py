@@ -217,7 +217,7 @@ class WorkerServer:
             )
 
         try:
-            envelope = parse_envelope(frames[1].buffer)
+            envelope = parse_envelope(frames[1].bytes)
         except ProtocolViolation as violation:
             log.info("rejected an envelope: %s", violation)
             reply_error(violation.request_id, violation)
