@@ -116,7 +116,11 @@ export class WorkerProcess {
       });
       void exited.then(({ exitCode, signal }) => {
         const how = signal !== null ? `was killed by ${signal}` : `exited with code ${String(exitCode)}`;
-        finish(new WorkerStartError(`${options.name}: ${how} before it was ready`, tail.text()));
+        const missing = tail.text().includes("No module named posttrain_worker")
+          ? ` (${options.python} has no posttrain_worker: run \`npm run bootstrap\` in a posttrain checkout, or ` +
+            "`pip install <the posttrain package folder>` into a Python and set POSTTRAIN_PYTHON to it)"
+          : "";
+        finish(new WorkerStartError(`${options.name}: ${how} before it was ready${missing}`, tail.text()));
       });
       if (child.stdout !== null) {
         const lines = createInterface({ input: child.stdout });
