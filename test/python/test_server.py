@@ -379,7 +379,7 @@ def test_heartbeats_answered_while_computing(client: Client) -> None:
         busy_seen.append(reply["busy"])
         time.sleep(0.1)
     assert len(latencies) >= 5
-    assert max(latencies) < 0.2, latencies
+    assert max(latencies) < 0.5, latencies  # the compute runs 1.5 s: a blocked I/O thread would show
     reply, _ = client.recv(timeout=5)
     assert reply["id"] == compute_id and ok(reply)["iterations"] > 0
     heartbeat_id = client.heartbeat()
