@@ -173,9 +173,9 @@ class WorkerServer:
                 for _ in range(MAX_MESSAGES_PER_WAKE):
                     if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                         break
-                    frames = router.recv_multipart(copy=False)
+                    identity, head, payload_frames = _receive(router)
                     try:
-                        self._handle(router, executor, frames)
+                        self._handle(router, executor, identity, head, payload_frames)
                     except Exception:  # a bug in the server itself: log it and keep serving
                         log.exception("failed to handle a message")
                     if self._stop_reason is not None:
@@ -198,18 +198,26 @@ class WorkerServer:
 
     @staticmethod
     def _send(router: zmq.Socket, frames: list[Any]) -> None:
+        # send_multipart's own loop, minus its checks: this is on the path of every reply.
         try:
-            router.send_multipart(frames, copy=False)
+            last = len(frames) - 1
+            for i, frame in enumerate(frames):
+                router.send(frame, zmq.SNDMORE if i < last else 0, copy=False)
         except zmq.ZMQError as exc:
             log.warning("could not send a reply: %s", exc)
 
     # ---- one client message --------------------------------------------------------------------------
 
-    def _handle(self, router: zmq.Socket, executor: ComputeExecutor, frames: list[zmq.Frame]) -> None:
-        identity = frames[0]
-        if len(frames) < 2:
+    def _handle(
+        self,
+        router: zmq.Socket,
+        executor: ComputeExecutor,
+        identity: bytes,
+        head: bytes | None,
+        payload_frames: list[zmq.Frame],
+    ) -> None:
+        if head is None:
             return  # a ROUTER always gets at least one frame after the identity
-        payload_frames = frames[2:]
 
         def reply_error(request_id: int | None, failure: WorkerFailure) -> None:
             self._send(
@@ -217,7 +225,7 @@ class WorkerServer:
             )
 
         try:
-            envelope = parse_envelope(frames[1].bytes)
+            envelope = parse_envelope(head)
         except ProtocolViolation as violation:
             log.info("rejected an envelope: %s", violation)
             reply_error(violation.request_id, violation)
@@ -235,7 +243,7 @@ class WorkerServer:
             self._send(router, [identity, heartbeat_reply(envelope.id, busy, queued)])
             return
         if isinstance(envelope, Cancel):
-            job = executor.cancel(identity.bytes, envelope.id)
+            job = executor.cancel(identity, envelope.id)
             if job is not None:
                 log.info("cancelled %s (request %d) before it started", job.spec.name, job.request_id)
                 message = f"{job.spec.name} (request {job.request_id}) was cancelled before it started"
@@ -248,7 +256,7 @@ class WorkerServer:
         self,
         router: zmq.Socket,
         executor: ComputeExecutor,
-        identity: zmq.Frame,
+        identity: bytes,
         request: Request,
         payload_frames: list[zmq.Frame],
         reply_error: Callable[[int | None, WorkerFailure], None],
@@ -283,13 +291,13 @@ class WorkerServer:
             self._send(router, [identity, *reply])
             return
 
-        if executor.in_flight(identity.bytes, request.id):
+        if executor.in_flight(identity, request.id):
             message = f'"id" {request.id} is already in flight; ids must be unique among requests in flight'
             reply_error(request.id, WorkerFailure(BAD_ENVELOPE, message))
             return
         executor.submit(
             Job(
-                identity=identity.bytes,
+                identity=identity,
                 request_id=request.id,
                 spec=spec,
                 args=args,
@@ -378,3 +386,16 @@ class WorkerServer:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+
+def _receive(router: zmq.Socket) -> tuple[bytes, bytes | None, list[zmq.Frame]]:
+    """One message: (identity, envelope, payload frames). The two small frames are copied (cheaper than Frame
+    objects); payload frames are zero-copy ``zmq.Frame``s."""
+    identity = router.recv()
+    if not router.getsockopt(zmq.RCVMORE):
+        return identity, None, []
+    head = router.recv()
+    payloads: list[zmq.Frame] = []
+    while router.getsockopt(zmq.RCVMORE):
+        payloads.append(router.recv(copy=False))
+    return identity, head, payloads
