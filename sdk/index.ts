@@ -4,7 +4,9 @@
  * `posttrain/bridge`.
  */
 export * from "./tensordict/index.js";
+export * from "./data/index.js";
 export * from "./workers/index.js";
+export * from "./models/index.js";
 export {
   ConnectionClosedError,
   InvalidArgumentError,

@@ -2,6 +2,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { makeTinyModel } from "../models/index.js";
 import { WorkerPool } from "../workers/index.js";
 import { PosttrainError, packageRoot } from "../../bridge/index.js";
 
@@ -10,6 +11,10 @@ const USAGE = `Usage: posttrain <command> [options]
 Commands:
   info [--device cpu|cuda|auto] [--transport ipc|tcp]
         Start one worker, print its handshake (versions, devices, capabilities) as JSON, stop it.
+  make-tiny-model DIR [--seed N] [--hidden-size N] [--num-layers N] [--num-heads N] [--num-kv-heads N]
+                      [--intermediate-size N] [--max-position-embeddings N]
+        Write a random tiny Qwen2-style model with a character-level tokenizer and a ChatML chat
+        template into DIR (offline, deterministic given --seed) for tests and examples.
 
 Options:
   -h, --help       Show this help.
@@ -56,6 +61,49 @@ async function info(args: string[]): Promise<void> {
   }
 }
 
+const TINY_FLAGS = {
+  seed: "seed",
+  "hidden-size": "hiddenSize",
+  "num-layers": "numLayers",
+  "num-heads": "numHeads",
+  "num-kv-heads": "numKvHeads",
+  "intermediate-size": "intermediateSize",
+  "max-position-embeddings": "maxPositionEmbeddings",
+} as const;
+
+async function makeTinyModelCommand(args: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      ...Object.fromEntries(Object.keys(TINY_FLAGS).map((flag) => [flag, { type: "string" as const }])),
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help === true) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const [dir, ...extra] = positionals;
+  if (dir === undefined || extra.length > 0) {
+    throw new PosttrainError("INVALID_ARGUMENT", `make-tiny-model: expected one directory, got ${positionals.length}`);
+  }
+  const options: Record<string, number> = {};
+  for (const [flag, key] of Object.entries(TINY_FLAGS)) {
+    const raw = (values as Record<string, unknown>)[flag];
+    if (typeof raw !== "string") continue;
+    const value = Number(raw);
+    if (!Number.isInteger(value)) {
+      throw new PosttrainError("INVALID_ARGUMENT", `--${flag}: expected an integer, got ${JSON.stringify(raw)}`);
+    }
+    options[key] = value;
+  }
+  const model = await makeTinyModel(dir, options);
+  process.stdout.write(
+    `${model.path}: ${model.parameters} parameters, vocabulary ${model.vocabSize}, ${model.bytes} bytes (${model.seconds.toFixed(1)} s)\n`,
+  );
+}
+
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   switch (command) {
@@ -71,6 +119,9 @@ async function main(argv: string[]): Promise<void> {
       return;
     case "info":
       await info(rest);
+      return;
+    case "make-tiny-model":
+      await makeTinyModelCommand(rest);
       return;
     default:
       process.stderr.write(`posttrain: unknown command ${JSON.stringify(command)}\n\n${USAGE}`);

@@ -8,6 +8,8 @@ import {
   type WorkerInfo,
 } from "../../bridge/index.js";
 import { TensorDict } from "../tensordict/index.js";
+import { LoadModelOptionsSchema, ModelInfoSchema, ModelListSchema, type LoadModelOptions, type ModelInfo } from "./models.js";
+import { parseOptions } from "./options.js";
 
 const ComputeForResult = z.object({ iterations: z.number().int().nonnegative() });
 
@@ -57,6 +59,29 @@ export class WorkerClient {
   async computeFor(seconds: number, options: RequestOptions = {}): Promise<number> {
     const reply = await this.connection.request("compute_for", { seconds }, [], options);
     return parseResult("compute_for", ComputeForResult, reply).iterations;
+  }
+
+  /**
+   * Loads a Hugging Face causal LM (weights and tokenizer) under `name`. Options are validated before anything
+   * is sent; the worker answers `MODEL_NOT_FOUND` (no such directory, or not on the hub), `MODEL_LOAD_FAILED`
+   * (no tokenizer, not a causal LM, unreadable weights) or `MODEL_ALREADY_LOADED` as a `WorkerError`.
+   */
+  async loadModel(options: LoadModelOptions, requestOptions: RequestOptions = {}): Promise<ModelInfo> {
+    const args = parseOptions(LoadModelOptionsSchema, options, "loadModel options");
+    const reply = await this.connection.request("load_model", { ...args }, [], requestOptions);
+    return parseResult("load_model", ModelInfoSchema, reply);
+  }
+
+  /** Unloads the model `name` and frees its memory (`MODEL_NOT_LOADED` when there is none). */
+  async unloadModel(name: string, requestOptions: RequestOptions = {}): Promise<void> {
+    const checked = parseOptions(z.string().min(1), name, "unloadModel name");
+    await this.connection.request("unload_model", { name: checked }, [], requestOptions);
+  }
+
+  /** The models loaded in this worker. */
+  async listModels(requestOptions: RequestOptions = {}): Promise<ModelInfo[]> {
+    const reply = await this.connection.request("list_models", {}, [], requestOptions);
+    return parseResult("list_models", ModelListSchema, reply).models;
   }
 
   /** Calls any worker method by name (the escape hatch below the typed methods). */

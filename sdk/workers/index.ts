@@ -1,2 +1,9 @@
 export { WorkerClient } from "./client.js";
 export { WorkerPool, type WorkerPoolOptions } from "./pool.js";
+export {
+  LoadModelOptionsSchema,
+  MODEL_DTYPES,
+  ModelInfoSchema,
+  type LoadModelOptions,
+  type ModelInfo,
+} from "./models.js";

@@ -1,6 +1,7 @@
 // The `posttrain` command line (sdk/cli/main.ts), run from source with tsx in a child process.
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 
@@ -80,5 +81,22 @@ describe("posttrain CLI", () => {
     expect(info.torch).toMatch(/^\d+\.\d+/);
     expect(info.devices.some((d) => d.type === "cpu")).toBe(true);
     expect(info.capabilities.methods).toEqual(expect.arrayContaining(["ping", "echo", "row_sums"]));
+  });
+
+  it("make-tiny-model writes a loadable model directory", { timeout: 60_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), "posttrain-cli-"));
+    try {
+      const run = await posttrain("make-tiny-model", join(dir, "m"), "--seed", "7");
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.stdout).toMatch(/\d+ parameters, vocabulary \d+/);
+      for (const file of ["config.json", "model.safetensors", "tokenizer.json"]) {
+        expect(existsSync(join(dir, "m", file))).toBe(true);
+      }
+      const bad = await posttrain("make-tiny-model", join(dir, "n"), "--num-layers", "two");
+      expect(bad.code).toBe(1);
+      expect(bad.stderr).toContain("--num-layers: expected an integer");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

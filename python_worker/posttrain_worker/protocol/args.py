@@ -75,6 +75,23 @@ class ArgReader:
             raise self.fail(f'"{key}" must be a string, got {render(value)}')
         return value
 
+    def boolean(self, key: str, *, required: bool = True, default: bool | None = None) -> bool | None:
+        value = self._get(key, required)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(f'"{key}" must be true or false, got {render(value)}')
+        return value
+
+    def choice(
+        self, key: str, options: tuple[str, ...], *, required: bool = True, default: str | None = None
+    ) -> str | None:
+        value = self.string(key, required=required, default=default)
+        if value is not None and value not in options:
+            allowed = ", ".join(f'"{o}"' for o in options)
+            raise self.fail(f'"{key}" must be one of {allowed}, got {render(value)}')
+        return value
+
     def object(self, key: str, *, required: bool = True) -> dict[str, Any] | None:
         value = self._get(key, required)
         if value is _MISSING:

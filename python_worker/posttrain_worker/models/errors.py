@@ -1,0 +1,10 @@
+"""Error codes of model hosting (in addition to the protocol's, docs/protocol.md)."""
+
+MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
+"""The path is not a local directory, and it could not be fetched from the hub (or the hub is off)."""
+MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
+"""The directory exists but holds no usable causal LM: no tokenizer, not a causal LM, unreadable weights."""
+MODEL_NOT_LOADED = "MODEL_NOT_LOADED"
+"""No model is loaded under that name."""
+MODEL_ALREADY_LOADED = "MODEL_ALREADY_LOADED"
+"""A model is already loaded under that name (unload it first, or pass ``replace``)."""

@@ -1,0 +1,164 @@
+"""Named Hugging Face causal LMs held by one worker (``policy``, ``ref``, ...).
+
+Loading checks, in order: the path exists (or is a hub id and the hub is reachable), the config is a causal
+LM, the tokenizer loads, the weights load. Each failure is a :class:`WorkerFailure` naming the path and the
+cause; nothing half-loaded is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posttrain_worker.models.errors import (
+    MODEL_ALREADY_LOADED,
+    MODEL_LOAD_FAILED,
+    MODEL_NOT_FOUND,
+    MODEL_NOT_LOADED,
+)
+from posttrain_worker.protocol.errors import WorkerFailure
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
+"""A local model directory must hold one of these for its tokenizer to be usable."""
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: str
+    model: Any  # transformers.PreTrainedModel
+    tokenizer: Any  # transformers.PreTrainedTokenizerBase
+    dtype: str
+    device: torch.device
+
+    def describe(self) -> dict[str, Any]:
+        """JSON facts: parameter count, memory, vocabulary, context length, special tokens."""
+        params = list(self.model.parameters())
+        buffers = list(self.model.buffers())
+        config = self.model.config
+        return {
+            "name": self.name,
+            "path": self.path,
+            "modelType": str(config.model_type),
+            "dtype": self.dtype,
+            "device": str(self.device),
+            "parameters": sum(p.numel() for p in params),
+            "memoryBytes": sum(t.numel() * t.element_size() for t in (*params, *buffers)),
+            "vocabSize": len(self.tokenizer),
+            "maxPositionEmbeddings": getattr(config, "max_position_embeddings", None),
+            "eosTokenId": self.tokenizer.eos_token_id,
+            "padTokenId": self.tokenizer.pad_token_id,
+            "hasChatTemplate": bool(getattr(self.tokenizer, "chat_template", None)),
+        }
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or (os.sep in path.rstrip(os.sep) and Path(path).exists())
+
+
+class ModelStore:
+    """The models loaded in this worker, by name (used from the compute thread; the lock guards listing)."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, LoadedModel] = {}
+        self._lock = threading.Lock()
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._models)
+
+    def get(self, name: str) -> LoadedModel:
+        with self._lock:
+            loaded = self._models.get(name)
+            if loaded is None:
+                known = ", ".join(self._models) or "none"
+                raise WorkerFailure(
+                    MODEL_NOT_LOADED,
+                    f"no model named {name!r} is loaded (loaded: {known})",
+                    {"loaded": list(self._models)},
+                )
+            return loaded
+
+    def load(
+        self, name: str, path: str, dtype: str, device: torch.device, replace: bool = False
+    ) -> LoadedModel:
+        with self._lock:
+            if name in self._models and not replace:
+                raise WorkerFailure(
+                    MODEL_ALREADY_LOADED,
+                    f"a model named {name!r} is already loaded from {self._models[name].path}; "
+                    "unload it first or pass replace",
+                )
+        loaded = LoadedModel(name, path, *_load(path, dtype, device), dtype=dtype, device=device)
+        with self._lock:
+            self._models[name] = loaded
+        return loaded
+
+    def unload(self, name: str) -> None:
+        loaded = self.get(name)
+        with self._lock:
+            self._models.pop(name, None)
+        del loaded
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _load(path: str, dtype: str, device: torch.device) -> tuple[Any, Any]:
+    # transformers is imported here, not at module load: the worker starts without paying for it.
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    expanded = os.path.expanduser(path)
+    local = Path(expanded).is_dir()
+    if not local and (_looks_local(path) or Path(expanded).exists()):
+        raise WorkerFailure(MODEL_NOT_FOUND, f"{path}: no such directory", {"path": path})
+    try:
+        config = AutoConfig.from_pretrained(expanded)
+    except (OSError, ValueError) as exc:
+        code = MODEL_LOAD_FAILED if local else MODEL_NOT_FOUND
+        where = "no readable config.json" if local else "not a local directory, and not found on the hub"
+        raise WorkerFailure(code, f"{path}: {where} ({exc})", {"path": path}) from None
+    model_type = getattr(config, "model_type", None)
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise WorkerFailure(
+            MODEL_LOAD_FAILED,
+            f"{path}: model type {model_type!r} is not a causal language model "
+            f"(architectures: {getattr(config, 'architectures', None)})",
+            {"path": path, "modelType": model_type},
+        )
+    if local and not any((Path(expanded) / f).is_file() for f in TOKENIZER_FILES):
+        # transformers 5 would build an empty tokenizer here instead of failing.
+        raise WorkerFailure(
+            MODEL_LOAD_FAILED,
+            f"{path}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})",
+            {"path": path},
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(expanded)
+    except (OSError, ValueError, TypeError) as exc:
+        raise WorkerFailure(
+            MODEL_LOAD_FAILED, f"{path}: the tokenizer could not be loaded ({exc})", {"path": path}
+        ) from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(expanded, dtype=DTYPES[dtype])
+    except Exception as exc:  # safetensors, torch and transformers each raise their own types here
+        raise WorkerFailure(
+            MODEL_LOAD_FAILED,
+            f"{path}: the weights could not be loaded ({type(exc).__name__}: {exc})",
+            {"path": path},
+        ) from None
+    model.to(device)
+    model.eval()
+    return model, tokenizer

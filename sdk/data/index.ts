@@ -1,0 +1,31 @@
+/**
+ * posttrain's data structures. `History` (one conversation) and `HistoryBatch` (one History per batch row), with
+ * chat-template rendering and parsing (TorchRL's `History`, `History.from_text`). See docs/history.md.
+ */
+export {
+  CHATML,
+  chatTemplateNames,
+  delimitedChatTemplate,
+  getChatTemplate,
+  parseHermesToolCalls,
+  parseHermesToolResponses,
+  registerChatTemplate,
+  type ChatTemplate,
+  type ChatTemplateName,
+  type DelimitedTemplateSpec,
+  type ParseOptions,
+  type RenderOptions,
+} from "./chat-template.js";
+export { ChatParseError, InvalidHistoryError, type HistoryLocation } from "./errors.js";
+export { History, HistoryBatch, type FromTextOptions, type RowAppend, type ToTextOptions } from "./history.js";
+export {
+  ChatMessageSchema,
+  isCompleteMessage,
+  MESSAGE_FIELDS,
+  ToolCallSchema,
+  type ChatMessage,
+  type JsonObject,
+  type JsonValue,
+  type Role,
+  type ToolCall,
+} from "./message.js";

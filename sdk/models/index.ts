@@ -1,0 +1,1 @@
+export { makeTinyModel, TinyModelOptionsSchema, type TinyModel, type TinyModelOptions } from "./tiny.js";

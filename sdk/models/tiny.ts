@@ -1,0 +1,72 @@
+import { execFile } from "node:child_process";
+import { z } from "zod";
+import { PosttrainError, resolvePython } from "../../bridge/index.js";
+import { parseOptions } from "../workers/options.js";
+
+/** Sizes and seed of the tiny model; every field is optional. */
+export const TinyModelOptionsSchema = z.strictObject({
+  seed: z.number().int().nonnegative().optional(),
+  hiddenSize: z.number().int().positive().optional(),
+  numLayers: z.number().int().positive().optional(),
+  numHeads: z.number().int().positive().optional(),
+  numKvHeads: z.number().int().positive().optional(),
+  intermediateSize: z.number().int().positive().optional(),
+  maxPositionEmbeddings: z.number().int().positive().optional(),
+  /** Python interpreter with `posttrain_worker` (default: as for workers). */
+  python: z.string().min(1).optional(),
+});
+
+/** Options of {@link makeTinyModel}. */
+export type TinyModelOptions = z.input<typeof TinyModelOptionsSchema>;
+
+const TinyModelResultSchema = z.object({
+  path: z.string(),
+  parameters: z.number().int().positive(),
+  vocabSize: z.number().int().positive(),
+  bytes: z.number().int().positive(),
+  seconds: z.number().nonnegative(),
+});
+
+/** What {@link makeTinyModel} wrote. */
+export type TinyModel = z.infer<typeof TinyModelResultSchema>;
+
+const FLAGS: ReadonlyArray<readonly [keyof TinyModelOptions, string]> = [
+  ["seed", "--seed"],
+  ["hiddenSize", "--hidden-size"],
+  ["numLayers", "--num-layers"],
+  ["numHeads", "--num-heads"],
+  ["numKvHeads", "--num-kv-heads"],
+  ["intermediateSize", "--intermediate-size"],
+  ["maxPositionEmbeddings", "--max-position-embeddings"],
+];
+
+/**
+ * Writes a random tiny Qwen2-style causal LM with a character-level tokenizer and a ChatML chat template
+ * (assistant turns wrapped in `{% generation %}`) into `dir`: offline, deterministic given `seed`, a few
+ * seconds. Tests, examples and the demo use it instead of downloading a model.
+ */
+export async function makeTinyModel(dir: string, options: TinyModelOptions = {}): Promise<TinyModel> {
+  const opts = parseOptions(TinyModelOptionsSchema, options, "makeTinyModel options");
+  parseOptions(z.string().min(1), dir, "makeTinyModel dir");
+  const args = ["-m", "posttrain_worker.models.tiny", dir, "--json"];
+  for (const [key, flag] of FLAGS) {
+    const value = opts[key];
+    if (value !== undefined) args.push(flag, String(value));
+  }
+  const python = resolvePython(opts.python);
+  const stdout = await new Promise<string>((resolve, reject) => {
+    execFile(python, args, { timeout: 120_000 }, (err, out, errOut) => {
+      if (err !== null) {
+        const last = errOut.trim().split("\n").at(-1) ?? err.message;
+        reject(new PosttrainError("MODEL_BUILD_FAILED", `makeTinyModel(${JSON.stringify(dir)}): ${last}`, { cause: err }));
+      } else {
+        resolve(out);
+      }
+    });
+  });
+  const parsed = TinyModelResultSchema.safeParse(JSON.parse(stdout.trim().split("\n").at(-1) ?? "null"));
+  if (!parsed.success) {
+    throw new PosttrainError("MODEL_BUILD_FAILED", `makeTinyModel: unexpected builder output ${JSON.stringify(stdout)}`);
+  }
+  return parsed.data;
+}
