@@ -8,6 +8,7 @@ import {
   type WorkerInfo,
 } from "../../bridge/index.js";
 import { TensorDict } from "../tensordict/index.js";
+import { GenerateOptionsSchema, ScoreOptionsSchema, type GenerateOptions, type ScoreOptions } from "./generation.js";
 import { LoadModelOptionsSchema, ModelInfoSchema, ModelListSchema, type LoadModelOptions, type ModelInfo } from "./models.js";
 import { parseOptions } from "./options.js";
 
@@ -82,6 +83,43 @@ export class WorkerClient {
   async listModels(requestOptions: RequestOptions = {}): Promise<ModelInfo[]> {
     const reply = await this.connection.request("list_models", {}, [], requestOptions);
     return parseResult("list_models", ModelListSchema, reply).models;
+  }
+
+  /**
+   * Samples completions from the loaded model `model` for a batch of prompts: `prompts` holds
+   * `("tokens","prompt")` (ragged int64) or `("text","prompt")` (strings). The result has TorchRL's keys:
+   * `("tokens"|"text", "prompt"|"response"|"full")`, `("log_probs","response"|"full")`,
+   * `("masks","all_attention_mask"|"all_assistant_mask")` and `finish_reason`; its batch size is `[B]`, or
+   * `[B, numSamples]` when `numSamples > 1`. See docs/models.md.
+   */
+  async generate(
+    model: string,
+    prompts: TensorDict,
+    options: GenerateOptions,
+    requestOptions: RequestOptions = {},
+  ): Promise<TensorDict> {
+    const args = parseOptions(GenerateOptionsSchema, options, "generate options");
+    const name = parseOptions(z.string().min(1), model, "generate model");
+    const payload = { kind: "tensordict" as const, data: prompts.toArrow() };
+    const reply = await this.connection.request("generate", { model: name, ...args }, [payload], requestOptions);
+    return singleTensorDict("generate", reply);
+  }
+
+  /**
+   * Per-token log-probabilities of given sequences under `model` (TorchRL convention: entry t is
+   * log p(tok_t | tok_<t), the first token gets 0): reads `("tokens","full")`, returns `("log_probs","full")`.
+   */
+  async score(
+    model: string,
+    sequences: TensorDict,
+    options: ScoreOptions = {},
+    requestOptions: RequestOptions = {},
+  ): Promise<TensorDict> {
+    const args = parseOptions(ScoreOptionsSchema, options, "score options");
+    const name = parseOptions(z.string().min(1), model, "score model");
+    const payload = { kind: "tensordict" as const, data: sequences.toArrow() };
+    const reply = await this.connection.request("score", { model: name, ...args }, [payload], requestOptions);
+    return singleTensorDict("score", reply);
   }
 
   /** Calls any worker method by name (the escape hatch below the typed methods). */

@@ -7,3 +7,4 @@ export {
   type LoadModelOptions,
   type ModelInfo,
 } from "./models.js";
+export { GenerateOptionsSchema, ScoreOptionsSchema, type GenerateOptions, type ScoreOptions } from "./generation.js";

@@ -56,15 +56,26 @@ class ArgReader:
         return float(value)
 
     def integer(
-        self, key: str, *, required: bool = True, default: int | None = None, minimum: int | None = None
+        self,
+        key: str,
+        *,
+        required: bool = True,
+        default: int | None = None,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        nullable: bool = False,
     ) -> int | None:
+        """An integer; with ``nullable``, JSON ``null`` is accepted too and read as ``default``."""
         value = self._get(key, required)
-        if value is _MISSING:
+        if value is _MISSING or (nullable and value is None):
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(f'"{key}" must be an integer, got {render(value)}')
+            kind = "an integer or null" if nullable else "an integer"
+            raise self.fail(f'"{key}" must be {kind}, got {render(value)}')
         if minimum is not None and value < minimum:
             raise self.fail(f'"{key}" must be >= {minimum}, got {render(value)}')
+        if maximum is not None and value > maximum:
+            raise self.fail(f'"{key}" must be <= {maximum}, got {render(value)}')
         return value
 
     def string(self, key: str, *, required: bool = True, default: str | None = None) -> str | None:
@@ -91,6 +102,20 @@ class ArgReader:
             allowed = ", ".join(f'"{o}"' for o in options)
             raise self.fail(f'"{key}" must be one of {allowed}, got {render(value)}')
         return value
+
+    def strings(
+        self, key: str, *, required: bool = True, default: list[str] | None = None
+    ) -> list[str] | None:
+        """A JSON array of strings."""
+        value = self._get(key, required)
+        if value is _MISSING:
+            return None if default is None else list(default)
+        if not isinstance(value, list):
+            raise self.fail(f'"{key}" must be an array of strings, got {render(value)}')
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                raise self.fail(f'"{key}[{index}]" must be a string, got {render(item)}')
+        return list(value)
 
     def object(self, key: str, *, required: bool = True) -> dict[str, Any] | None:
         value = self._get(key, required)

@@ -1,0 +1,385 @@
+"""``generate`` and ``score`` on a model of the store (docs/models.md, "Generation and scoring in the
+worker").
+
+Payload keys follow TorchRL's LLM wrappers. Generation reads ``("tokens", "prompt")`` or
+``("text", "prompt")`` and writes ``tokens`` and ``text`` (``prompt``, ``response``, ``full``),
+``log_probs`` (``response``, ``full``), ``masks`` (``all_attention_mask``, ``all_assistant_mask``) and
+``finish_reason``. Scoring reads ``("tokens", "full")`` and writes ``("log_probs", "full")``.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from posttrain_worker.codec.types import Column, Ragged, TensorBatch
+from posttrain_worker.models.generation import generate as run_generation
+from posttrain_worker.models.generation import pad_token_id
+from posttrain_worker.models.sampling import SamplingParams, make_generators
+from posttrain_worker.models.scoring import score as run_scoring
+from posttrain_worker.models.store import LoadedModel, ModelStore
+from posttrain_worker.protocol.args import ArgReader
+from posttrain_worker.protocol.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
+from posttrain_worker.server.registry import CallContext, MethodOutcome, MethodRegistry
+
+TRUNCATE_MODES = ("error", "left")
+MAX_SEED = 2**64 - 1
+
+# ---- arguments -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerateArgs:
+    model: str
+    max_new_tokens: int
+    params: SamplingParams
+    stop: tuple[str, ...]
+    seed: int | None
+    num_samples: int
+    micro_batch_size: int | None
+    truncate: str
+
+
+@dataclass(frozen=True)
+class ScoreArgs:
+    model: str
+    micro_batch_size: int | None
+
+
+def _model_name(reader: ArgReader) -> str:
+    name = reader.string("model")
+    assert name is not None
+    if not name:
+        raise reader.fail('"model" must be a non-empty string')
+    return name
+
+
+def parse_generate(method: str, args: dict[str, Any]) -> GenerateArgs:
+    reader = ArgReader(method, args)
+    model = _model_name(reader)
+    max_new_tokens = reader.integer("maxNewTokens", minimum=1)
+    temperature = reader.number("temperature", required=False, default=1.0, minimum=0)
+    top_p = reader.number("topP", required=False, default=1.0, maximum=1)
+    top_k = reader.integer("topK", required=False, default=0, minimum=0)
+    penalty = reader.number("repetitionPenalty", required=False, default=1.0)
+    stop = reader.strings("stop", required=False, default=[])
+    seed = reader.integer("seed", required=False, default=None, minimum=0, maximum=MAX_SEED, nullable=True)
+    num_samples = reader.integer("numSamples", required=False, default=1, minimum=1)
+    micro = reader.integer("microBatchSize", required=False, default=None, minimum=1, nullable=True)
+    truncate = reader.choice("truncate", TRUNCATE_MODES, required=False, default="error")
+    reader.finish()
+    assert max_new_tokens is not None and temperature is not None and top_p is not None
+    assert top_k is not None and penalty is not None and stop is not None and num_samples is not None
+    assert truncate is not None
+    if top_p <= 0:
+        raise reader.fail(f'"topP" must be in (0, 1], got {top_p:g}')
+    if penalty <= 0:
+        raise reader.fail(f'"repetitionPenalty" must be > 0, got {penalty:g}')
+    for index, item in enumerate(stop):
+        if not item:
+            raise reader.fail(f'"stop[{index}]" must be a non-empty string')
+    params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, repetition_penalty=penalty)
+    return GenerateArgs(model, max_new_tokens, params, tuple(stop), seed, num_samples, micro, truncate)
+
+
+def parse_score(method: str, args: dict[str, Any]) -> ScoreArgs:
+    reader = ArgReader(method, args)
+    model = _model_name(reader)
+    micro = reader.integer("microBatchSize", required=False, default=None, minimum=1, nullable=True)
+    reader.finish()
+    return ScoreArgs(model, micro)
+
+
+# ---- payload reading -----------------------------------------------------------------------------------
+
+
+def _key_name(key: Sequence[str]) -> str:
+    return "(" + ", ".join(f'"{k}"' for k in key) + ")"
+
+
+def _leaf_keys(columns: dict[str, Column], prefix: tuple[str, ...] = ()) -> list[str]:
+    keys: list[str] = []
+    for name, column in columns.items():
+        if isinstance(column, dict):
+            keys.extend(_leaf_keys(column, (*prefix, name)))
+        else:
+            keys.append(_key_name((*prefix, name)))
+    return keys
+
+
+def _lookup(batch: TensorBatch, key: tuple[str, ...]) -> Column | None:
+    node: Any = batch.columns
+    for part in key:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return None if isinstance(node, dict) else node
+
+
+def _missing(method: str, batch: TensorBatch, expected: Sequence[tuple[str, ...]]) -> WorkerFailure:
+    wanted = " or ".join(_key_name(k) for k in expected)
+    present = _leaf_keys(batch.columns)
+    return WorkerFailure(
+        BAD_PAYLOAD,
+        f"{method}: the tensordict has no {wanted} key; present keys: {', '.join(present) or 'none'}",
+        {"expected": [list(k) for k in expected], "present": present},
+    )
+
+
+def _single_batch(ctx: CallContext) -> TensorBatch:
+    (batch,) = ctx.payloads
+    assert isinstance(batch, TensorBatch)
+    return batch
+
+
+def _token_rows(method: str, key: tuple[str, ...], column: Column, batch: TensorBatch) -> list[torch.Tensor]:
+    """The rows of an integer ragged (or dense ``[*batch, L]``) column as int64 CPU tensors."""
+    rows = batch.rows
+    if isinstance(column, Ragged):
+        values = column.values
+        if values.dim() != 1:
+            raise WorkerFailure(
+                BAD_PAYLOAD,
+                f"{method}: {_key_name(key)} must hold one token id per item, got rows of shape "
+                f"[-1, {', '.join(str(d) for d in values.shape[1:])}]",
+            )
+    elif isinstance(column, torch.Tensor) and column.dim() == len(batch.batch_size) + 1:
+        values = column
+    else:
+        raise WorkerFailure(
+            BAD_PAYLOAD, f"{method}: {_key_name(key)} must be a ragged (or [batch, length]) integer tensor"
+        )
+    if not _is_integer(values.dtype):
+        raise WorkerFailure(
+            BAD_PAYLOAD, f"{method}: {_key_name(key)} must hold integer token ids, got {values.dtype}"
+        )
+    if isinstance(column, Ragged):
+        bounds = column.offsets.to(torch.int64).tolist()
+        flat = values.to("cpu", torch.int64)
+        return [flat[bounds[i] : bounds[i + 1]] for i in range(rows)]
+    return list(values.reshape(rows, values.shape[-1]).to("cpu", torch.int64).unbind(0))
+
+
+def _is_integer(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
+def _check_ids(method: str, rows: Sequence[torch.Tensor], vocab: int) -> None:
+    for index, row in enumerate(rows):
+        if row.numel() == 0:
+            continue
+        bad = (row < 0) | (row >= vocab)
+        if bool(bad.any()):
+            token = int(row[int(torch.nonzero(bad)[0])])
+            raise WorkerFailure(
+                BAD_ARGUMENTS,
+                f"{method}: row {index} holds token id {token}, outside the model's vocabulary [0, {vocab})",
+                {"row": index, "tokenId": token, "vocabSize": vocab},
+            )
+
+
+def _vocab_size(loaded: LoadedModel) -> int:
+    return int(loaded.model.get_input_embeddings().weight.shape[0])
+
+
+def _max_positions(loaded: LoadedModel) -> int | None:
+    value = getattr(loaded.model.config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def _ragged(rows: Sequence[torch.Tensor], dtype: torch.dtype) -> Ragged:
+    lengths = torch.tensor([int(r.numel()) for r in rows], dtype=torch.int64)
+    offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    offsets[1:] = lengths.cumsum(0)
+    values = torch.cat([r.to(dtype) for r in rows]) if rows else torch.zeros(0, dtype=dtype)
+    return Ragged(values=values, offsets=offsets)
+
+
+def _decode(tokenizer: Any, ids: torch.Tensor) -> str:
+    return str(tokenizer.decode(ids.tolist(), skip_special_tokens=False))
+
+
+# ---- generate ------------------------------------------------------------------------------------------
+
+PROMPT_KEYS = (("tokens", "prompt"), ("text", "prompt"))
+
+
+def _prompts(
+    ctx: CallContext, args: GenerateArgs, loaded: LoadedModel, batch: TensorBatch
+) -> tuple[list[torch.Tensor], list[str | None]]:
+    """The prompt token rows, and for text input the prompt strings (``None`` where tokens came in)."""
+    tokens = _lookup(batch, PROMPT_KEYS[0])
+    texts = _lookup(batch, PROMPT_KEYS[1])
+    if tokens is not None:
+        rows = _token_rows(ctx.method, PROMPT_KEYS[0], tokens, batch)
+        strings: list[str | None] = [None] * len(rows)
+    elif texts is not None:
+        if not isinstance(texts, list):
+            raise WorkerFailure(BAD_PAYLOAD, f'{ctx.method}: ("text", "prompt") must be a string column')
+        encoded = loaded.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+        rows = [torch.tensor(ids, dtype=torch.int64) for ids in encoded]
+        strings = list(texts)
+    else:
+        raise _missing(ctx.method, batch, PROMPT_KEYS)
+    for index, row in enumerate(rows):
+        if row.numel() == 0:
+            raise WorkerFailure(
+                BAD_ARGUMENTS, f"{ctx.method}: the prompt of row {index} is empty (0 tokens)", {"row": index}
+            )
+    _check_ids(ctx.method, rows, _vocab_size(loaded))
+
+    max_positions = _max_positions(loaded)
+    if max_positions is not None:
+        limit = max_positions - args.max_new_tokens
+        if limit < 1:
+            raise WorkerFailure(
+                BAD_ARGUMENTS,
+                f'{ctx.method}: "maxNewTokens" ({args.max_new_tokens}) leaves no room for a prompt: '
+                f"the model {args.model!r} has maxPositionEmbeddings {max_positions}",
+            )
+        for index, row in enumerate(rows):
+            if row.numel() <= limit:
+                continue
+            if args.truncate == "error":
+                raise WorkerFailure(
+                    BAD_ARGUMENTS,
+                    f"{ctx.method}: the prompt of row {index} has {row.numel()} tokens, more than the "
+                    f"limit of {limit} (maxPositionEmbeddings {max_positions} - maxNewTokens "
+                    f"{args.max_new_tokens}); "
+                    'pass truncate: "left" to keep its last tokens',
+                    {"row": index, "length": int(row.numel()), "limit": limit},
+                )
+            rows[index] = row[-limit:]
+            strings[index] = None  # the text is re-decoded from the tokens the model saw
+    return rows, strings
+
+
+def generate(store: ModelStore, ctx: CallContext, args: GenerateArgs) -> MethodOutcome:
+    loaded = store.get(args.model)
+    batch = _single_batch(ctx)
+    prompts, prompt_texts = _prompts(ctx, args, loaded, batch)
+    tokenizer = loaded.tokenizer
+    seed = args.seed if args.seed is not None else secrets.randbits(53)
+    k = args.num_samples
+    expanded = [p for p in prompts for _ in range(k)]
+    generators = None if args.params.greedy else make_generators(seed, len(prompts), k)
+    rows = run_generation(
+        loaded.model,
+        tokenizer,
+        expanded,
+        max_new_tokens=args.max_new_tokens,
+        params=args.params,
+        generators=generators,
+        stop=args.stop,
+        micro_batch_size=args.micro_batch_size,
+        device=loaded.device,
+        check_cancelled=ctx.check_cancelled,
+    )
+
+    prompt_strings = [
+        text if text is not None else _decode(tokenizer, prompt)
+        for prompt, text in zip(prompts, prompt_texts, strict=True)
+    ]
+    full_tokens: list[torch.Tensor] = []
+    full_logps: list[torch.Tensor] = []
+    assistant: list[torch.Tensor] = []
+    response_text: list[str] = []
+    full_text: list[str] = []
+    for i, row in enumerate(rows):
+        prompt = expanded[i]
+        full_tokens.append(torch.cat([prompt, row.tokens]))
+        full_logps.append(torch.cat([torch.zeros(prompt.numel(), dtype=torch.float32), row.log_probs]))
+        assistant.append(
+            torch.cat(
+                [
+                    torch.zeros(prompt.numel(), dtype=torch.bool),
+                    torch.ones(row.tokens.numel(), dtype=torch.bool),
+                ]
+            )
+        )
+        text = _decode(tokenizer, row.tokens)
+        response_text.append(text)
+        full_text.append(prompt_strings[i // k] + text)
+
+    batch_size = (*batch.batch_size, k) if k > 1 else batch.batch_size
+    columns: dict[str, Column] = {
+        "tokens": {
+            "prompt": _ragged(expanded, torch.int64),
+            "response": _ragged([r.tokens for r in rows], torch.int64),
+            "full": _ragged(full_tokens, torch.int64),
+        },
+        "text": {
+            "prompt": [prompt_strings[i // k] for i in range(len(expanded))],
+            "response": response_text,
+            "full": full_text,
+        },
+        "log_probs": {
+            "response": _ragged([r.log_probs for r in rows], torch.float32),
+            "full": _ragged(full_logps, torch.float32),
+        },
+        "masks": {
+            "all_attention_mask": _ragged(
+                [torch.ones(t.numel(), dtype=torch.bool) for t in full_tokens], torch.bool
+            ),
+            "all_assistant_mask": _ragged(assistant, torch.bool),
+        },
+        "finish_reason": [r.finish_reason for r in rows],
+    }
+    assert math.prod(batch_size) == len(rows)
+    return MethodOutcome({"seed": seed}, [TensorBatch(batch_size, columns)])
+
+
+# ---- score ---------------------------------------------------------------------------------------------
+
+FULL_KEY = ("tokens", "full")
+
+
+def score(store: ModelStore, ctx: CallContext, args: ScoreArgs) -> MethodOutcome:
+    loaded = store.get(args.model)
+    batch = _single_batch(ctx)
+    column = _lookup(batch, FULL_KEY)
+    if column is None:
+        raise _missing(ctx.method, batch, (FULL_KEY,))
+    sequences = _token_rows(ctx.method, FULL_KEY, column, batch)
+    _check_ids(ctx.method, sequences, _vocab_size(loaded))
+    max_positions = _max_positions(loaded)
+    if max_positions is not None:
+        for index, seq in enumerate(sequences):
+            if seq.numel() > max_positions:
+                raise WorkerFailure(
+                    BAD_ARGUMENTS,
+                    f"{ctx.method}: row {index} has {seq.numel()} tokens, more than the model's "
+                    f"maxPositionEmbeddings ({max_positions})",
+                    {"row": index, "length": int(seq.numel()), "limit": max_positions},
+                )
+    log_probs = run_scoring(
+        loaded.model,
+        sequences,
+        pad_id=pad_token_id(loaded.tokenizer),
+        micro_batch_size=args.micro_batch_size,
+        device=loaded.device,
+        check_cancelled=ctx.check_cancelled,
+    )
+    columns: dict[str, Column] = {"log_probs": {"full": _ragged(log_probs, torch.float32)}}
+    return MethodOutcome({}, [TensorBatch(batch.batch_size, columns)])
+
+
+# ---- registration --------------------------------------------------------------------------------------
+
+
+def register_generation_methods(registry: MethodRegistry, store: ModelStore) -> None:
+    def generate_handler(ctx: CallContext, args: GenerateArgs) -> MethodOutcome:
+        return generate(store, ctx, args)
+
+    def score_handler(ctx: CallContext, args: ScoreArgs) -> MethodOutcome:
+        return score(store, ctx, args)
+
+    registry.add(
+        "generate", generate_handler, thread="compute", parse_args=parse_generate, payloads=("tensordict",)
+    )
+    registry.add("score", score_handler, thread="compute", parse_args=parse_score, payloads=("tensordict",))

@@ -1,0 +1,255 @@
+"""Autoregressive generation with a Hugging Face causal LM: our own decoding loop over the model's forward
+and its KV cache (``use_cache`` / ``past_key_values``), so that per-token log-probabilities, per-row seeds and
+stop strings are under our control.
+
+Conventions (docs/models.md, "Generation and scoring in the worker"):
+
+- Each micro-batch is left-padded; the attention mask hides the padding and position ids count real tokens
+  only, so a row's result does not depend on which rows share its forward (up to float rounding).
+- The log-probability of a generated token is ``log_softmax`` of the model's raw logits (float32) at that
+  step, whatever temperature / top-k / top-p / repetition penalty chose it (as TorchRL and vLLM report).
+- A row ends on the first of: an eos token (``"eos"``, the token is kept in the response), a stop string
+  appearing in the decoded response (``"stop"``, the response ends with the token that completed it), or
+  ``max_new_tokens`` tokens (``"length"``). Finished rows leave the batch (their cache rows are dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from posttrain_worker.models.sampling import SamplingParams, choose
+
+
+@dataclass
+class GeneratedRow:
+    tokens: torch.Tensor
+    """The response token ids (int64, on the CPU), eos included when the row ended on it."""
+    log_probs: torch.Tensor
+    """float32, one per response token: log p(token | prompt, earlier response tokens) under the raw model."""
+    finish_reason: str
+    """``"eos"``, ``"stop"`` or ``"length"``."""
+
+
+class StopStrings:
+    """Detects the first stop string in a growing response by decoding the response's recent tokens."""
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stop = [s for s in stop if s]
+        longest = max((len(s) for s in self.stop), default=0)
+        # A stop string not seen before the newest token ends within its last ``longest`` characters; a token
+        # decodes to at least one character once its UTF-8 bytes are complete (at most 4 bytes per character),
+        # so this many trailing tokens always cover it.
+        self.window = 4 * longest + 8
+
+    def __bool__(self) -> bool:
+        return bool(self.stop)
+
+    def hit(self, tokens: Sequence[int]) -> bool:
+        """True when the decoded ``tokens`` contain a stop string (checked after every new token)."""
+        tail = tokens[-self.window :] if len(tokens) > self.window else tokens
+        text = self.tokenizer.decode(list(tail), skip_special_tokens=False)
+        return any(s in text for s in self.stop)
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The model's ``generation_config.eos_token_id`` (an int or a list) and the tokenizer's eos token."""
+    ids: set[int] = set()
+    config = getattr(model, "generation_config", None)
+    value = getattr(config, "eos_token_id", None) if config is not None else None
+    if isinstance(value, int):
+        ids.add(value)
+    elif isinstance(value, (list, tuple)):
+        ids.update(int(v) for v in value)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """Any id pads (the attention mask hides it): the tokenizer's pad token, else its eos, else 0."""
+    for value in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def _prunable(cache: Any) -> bool:
+    """Whether dropping finished rows from this cache is known to be safe (plain dynamic caches)."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+    except ImportError:  # pragma: no cover - transformers is required by the model store anyway
+        return False
+    layers = getattr(cache, "layers", None)
+    return (
+        isinstance(cache, DynamicCache)
+        and layers is not None
+        and all(isinstance(layer, DynamicLayer) for layer in layers)
+    )
+
+
+def _forward(model: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+    out = model(**kwargs, use_cache=True, return_dict=True)
+    return out.logits[:, -1, :].float(), out.past_key_values
+
+
+def generate_batch(
+    model: Any,
+    prompts: Sequence[torch.Tensor],
+    *,
+    max_new_tokens: int,
+    params: SamplingParams,
+    generators: Sequence[torch.Generator] | None,
+    eos_ids: set[int],
+    pad_id: int,
+    stop: StopStrings,
+    device: torch.device,
+    check_cancelled: Callable[[], None] = lambda: None,
+) -> list[GeneratedRow]:
+    """Generate for one micro-batch of non-empty prompts (int64 1-D CPU tensors), all rows in one forward."""
+    n = len(prompts)
+    lengths = torch.tensor([int(p.numel()) for p in prompts], dtype=torch.int64)
+    width = int(lengths.max())
+    input_ids = torch.full((n, width), pad_id, dtype=torch.int64)
+    attention = torch.zeros((n, width), dtype=torch.int64)
+    for i, prompt in enumerate(prompts):
+        input_ids[i, width - prompt.numel() :] = prompt
+        attention[i, width - prompt.numel() :] = 1
+    input_ids = input_ids.to(device)
+    attention = attention.to(device)
+    positions = (attention.cumsum(dim=-1) - 1).clamp(min=0)
+
+    check_cancelled()
+    logits, cache = _forward(
+        model, input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=1
+    )
+    prune = _prunable(cache)
+    vocab = int(logits.shape[-1])
+    seen: torch.Tensor | None = None  # per row, the tokens already in it (for the repetition penalty)
+    if params.repetition_penalty != 1.0:
+        counts = torch.zeros((n, vocab), dtype=torch.int64, device=device)
+        seen = counts.scatter_add_(1, input_ids.clamp(max=vocab - 1), attention) > 0
+
+    out_tokens: list[list[int]] = [[] for _ in range(n)]
+    out_logps: list[list[float]] = [[] for _ in range(n)]
+    reasons: list[str | None] = [None] * n
+    batch_rows = list(range(n))  # prompt index of each row of ``logits`` and of the cache
+    live = [True] * n  # per batch row: still generating (always all true when finished rows are pruned)
+    next_pos = lengths.to(device)  # position id of the next token of each batch row
+
+    for _ in range(max_new_tokens):
+        check_cancelled()
+        live_rows = [b for b, alive in enumerate(live) if alive]
+        if len(live_rows) == len(batch_rows):
+            sub_logits, sub_seen = logits, seen
+        else:
+            index = torch.tensor(live_rows, dtype=torch.int64, device=device)
+            sub_logits = logits[index]
+            sub_seen = seen[index] if seen is not None else None
+        row_generators = [generators[batch_rows[b]] for b in live_rows] if generators is not None else None
+        picked_live = choose(sub_logits, sub_seen, params, row_generators)
+        logps = torch.log_softmax(sub_logits, dim=-1).gather(-1, picked_live.unsqueeze(-1)).squeeze(-1)
+        picked_cpu = picked_live.cpu().tolist()
+        logps_cpu = logps.cpu().tolist()
+
+        still: list[int] = []  # batch rows that keep generating
+        for b, token, logp in zip(live_rows, picked_cpu, logps_cpu, strict=True):
+            r = batch_rows[b]
+            out_tokens[r].append(int(token))
+            out_logps[r].append(float(logp))
+            if token in eos_ids:
+                reasons[r] = "eos"
+            elif stop and stop.hit(out_tokens[r]):
+                reasons[r] = "stop"
+            elif len(out_tokens[r]) >= max_new_tokens:
+                reasons[r] = "length"
+            else:
+                still.append(b)
+        if not still:
+            break
+
+        if len(live_rows) == len(batch_rows):
+            picked = picked_live
+        else:  # finished rows (kept only when the cache cannot drop them) are fed the pad token
+            picked = torch.full((len(batch_rows),), pad_id, dtype=torch.int64, device=device)
+            picked[torch.tensor(live_rows, dtype=torch.int64, device=device)] = picked_live
+        if prune and len(still) < len(batch_rows):
+            keep = torch.tensor(still, dtype=torch.int64, device=device)
+            cache.batch_select_indices(keep)
+            attention = attention[keep]
+            next_pos = next_pos[keep]
+            picked = picked[keep]
+            if seen is not None:
+                seen = seen[keep]
+            batch_rows = [batch_rows[b] for b in still]
+            live = [True] * len(batch_rows)
+        else:
+            kept = set(still)
+            live = [b in kept for b in range(len(batch_rows))]
+        if seen is not None:
+            seen.scatter_(1, picked.clamp(max=vocab - 1).unsqueeze(-1), True)
+
+        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=-1)
+        logits, cache = _forward(
+            model,
+            input_ids=picked.unsqueeze(-1),
+            attention_mask=attention,
+            position_ids=next_pos.unsqueeze(-1),
+            past_key_values=cache,
+        )
+        next_pos = next_pos + 1
+
+    return [
+        GeneratedRow(
+            torch.tensor(out_tokens[r], dtype=torch.int64),
+            torch.tensor(out_logps[r], dtype=torch.float32),
+            reasons[r] or "length",
+        )
+        for r in range(n)
+    ]
+
+
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[torch.Tensor],
+    *,
+    max_new_tokens: int,
+    params: SamplingParams,
+    generators: Sequence[torch.Generator] | None,
+    stop: Sequence[str] = (),
+    micro_batch_size: int | None = None,
+    device: torch.device | None = None,
+    check_cancelled: Callable[[], None] = lambda: None,
+) -> list[GeneratedRow]:
+    """Generate for every prompt (one row per prompt-sample; ``generators[i]`` belongs to ``prompts[i]``),
+    ``micro_batch_size`` rows per forward (all of them when ``None``)."""
+    if device is None:
+        device = next(model.parameters()).device
+    size = micro_batch_size or max(len(prompts), 1)
+    eos_ids = eos_token_ids(model, tokenizer)
+    pad_id = pad_token_id(tokenizer)
+    stops = StopStrings(tokenizer, stop)
+    results: list[GeneratedRow] = []
+    with torch.inference_mode():
+        for start in range(0, len(prompts), size):
+            chunk = slice(start, start + size)
+            results.extend(
+                generate_batch(
+                    model,
+                    prompts[chunk],
+                    max_new_tokens=max_new_tokens,
+                    params=params,
+                    generators=generators[chunk] if generators is not None else None,
+                    eos_ids=eos_ids,
+                    pad_id=pad_id,
+                    stop=stops,
+                    device=device,
+                    check_cancelled=check_cancelled,
+                )
+            )
+    return results
