@@ -13,9 +13,19 @@ import { DataType, Message, MessageHeader, RecordBatchReader, type Data, type Fi
 
 import { WireFormatError } from "../errors.js";
 import { isDType, itemSize, typedArrayConstructor, type AnyTypedArray, type DType } from "./dtypes.js";
-import { FIXED_SHAPE_TENSOR, META_KEYS, WIRE_FORMAT_VERSION } from "./encode.js";
+import { FIXED_SHAPE_TENSOR, HISTORY_FIELDS, HISTORY_KIND, META_KEYS, WIRE_FORMAT_VERSION, isJsonArrayText } from "./encode.js";
 import { verifyMessageFlatbuffer } from "./verify.js";
-import type { WireBatch, WireColumn, WireColumns, WireDense, WireRagged, WireStrings, WireStruct } from "./types.js";
+import type {
+  WireBatch,
+  WireChatMessage,
+  WireColumn,
+  WireColumns,
+  WireDense,
+  WireHistory,
+  WireRagged,
+  WireStrings,
+  WireStruct,
+} from "./types.js";
 
 const CONTINUATION = 0xffffffff;
 
@@ -299,26 +309,123 @@ function listOffsets(data: Data, childLength: number, path: readonly string[]): 
 
 const UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
-function readStrings(data: Data, rows: number, path: readonly string[]): WireStrings {
-  checkNode(data, rows, path, "the column");
+/**
+ * A reader of the strings of a Utf8 node of `count` entries (offsets checked): `read(k, label)` decodes entry `k`,
+ * and names it with `label()` when its bytes are not valid UTF-8.
+ */
+function utf8Reader(data: Data, count: number, path: readonly string[], what: string): (k: number, label: () => string) => string {
+  checkNode(data, count, path, what);
   const bytes: unknown = data.values;
-  if (!(bytes instanceof Uint8Array)) bad(path, "cannot read the string data buffer");
+  if (!(bytes instanceof Uint8Array)) bad(path, `cannot read the string data buffer of ${what}`);
   const offsets = listOffsets(data, bytes.length, path);
-  const values: string[] = new Array<string>(rows);
-  for (let i = 0; i < rows; i++) {
-    const a = offsets[i]!;
-    const b = offsets[i + 1]!;
+  return (k, label) => {
+    const a = offsets[k]!;
+    const b = offsets[k + 1]!;
+    if (a === b) return "";
     try {
-      values[i] = a === b ? "" : UTF8.decode(bytes.subarray(a, b));
+      return UTF8.decode(bytes.subarray(a, b));
     } catch (err) {
-      bad(path, `row ${i} is not valid UTF-8 (${errorMessage(err)})`);
+      return bad(path, `${label()} is not valid UTF-8 (${errorMessage(err)})`);
     }
-  }
+  };
+}
+
+function readStrings(data: Data, rows: number, path: readonly string[]): WireStrings {
+  const read = utf8Reader(data, rows, path, "the column");
+  const values: string[] = new Array<string>(rows);
+  for (let i = 0; i < rows; i++) values[i] = read(i, () => `row ${i}`);
   return { kind: "strings", values };
+}
+
+const HISTORY_LAYOUT =
+  "List<Struct<role: Utf8, content: Utf8, name: Utf8, tool_calls: Utf8, tool_responses: List<Utf8>, is_complete: Uint8>>";
+
+/** Checks the Arrow type of a column that carries `posttrain.kind` (only `history` exists). */
+function checkKind(field: Field, kind: string, path: readonly string[]): void {
+  if (kind !== HISTORY_KIND) bad(path, `unknown "${META_KEYS.kind}" ${JSON.stringify(kind)}`);
+  const type = field.type as DataType;
+  const item = DataType.isList(type) ? (type.children[0]?.type as DataType | undefined) : undefined;
+  const children = item !== undefined && DataType.isStruct(item) ? item.children : [];
+  const matches =
+    children.length === HISTORY_FIELDS.length &&
+    children.every((child, k) => {
+      const t = child.type as DataType;
+      if (child.name !== HISTORY_FIELDS[k]) return false;
+      if (k < 4) return DataType.isUtf8(t);
+      if (k === 4) return DataType.isList(t) && DataType.isUtf8(t.children[0]?.type as DataType);
+      return DataType.isInt(t) && typeName(t) === "Uint8";
+    });
+  if (!matches) bad(path, `a "${META_KEYS.kind}" = "${HISTORY_KIND}" column must be ${HISTORY_LAYOUT}, found ${typeName(type)}`);
+  const dtype = children[5]!.metadata.get(META_KEYS.dtype);
+  if (dtype !== "bool") {
+    bad(path, `the is_complete field must carry "${META_KEYS.dtype}" = "bool", found ${dtype === undefined ? "none" : JSON.stringify(dtype)}`);
+  }
+}
+
+/** A history column (type already checked by `checkKind`): absent optional values are omitted (docs/protocol.md). */
+function readHistory(data: Data, rows: number, path: readonly string[]): WireHistory {
+  checkNode(data, rows, path, "the column");
+  const struct = data.children[0];
+  if (struct === undefined || struct.children.length !== HISTORY_FIELDS.length) bad(path, "the message struct data does not match its fields");
+  const count = struct.length;
+  if (struct.nullCount > 0) bad(path, `the messages have ${struct.nullCount} nulls; the posttrain format has no nulls`);
+  const offsets = listOffsets(data, count, path);
+  const [role, content, name, toolCalls] = [0, 1, 2, 3].map((k) =>
+    utf8Reader(struct.children[k]!, count, path, `the ${HISTORY_FIELDS[k]!} field`),
+  ) as [ReturnType<typeof utf8Reader>, ReturnType<typeof utf8Reader>, ReturnType<typeof utf8Reader>, ReturnType<typeof utf8Reader>];
+  const responsesList = struct.children[4]!;
+  const responsesItems = responsesList.children[0];
+  if (responsesItems === undefined) bad(path, "the tool_responses List has no child");
+  checkNode(responsesList, count, path, "the tool_responses field");
+  const responseOffsets = listOffsets(responsesList, responsesItems.length, path);
+  const response = utf8Reader(responsesItems, responsesItems.length, path, "the tool_responses items");
+  const completeData = struct.children[5]!;
+  checkNode(completeData, count, path, "the is_complete field");
+  const complete = primitiveValuesAt(completeData, "uint8", 0, count, path) as Uint8Array;
+
+  const out: WireChatMessage[][] = new Array<WireChatMessage[]>(rows);
+  for (let i = 0; i < rows; i++) {
+    const row: WireChatMessage[] = [];
+    for (let k = offsets[i]!, j = 0; k < offsets[i + 1]!; k++, j++) {
+      const label = (what: string) => () => `row ${i}, message ${j}: ${what}`;
+      const message: { -readonly [K in keyof WireChatMessage]: WireChatMessage[K] } = {
+        role: role(k, label("role")),
+        content: content(k, label("content")),
+      };
+      const participant = name(k, label("name"));
+      if (participant !== "") message.name = participant;
+      const calls = toolCalls(k, label("tool_calls"));
+      if (calls !== "") {
+        if (!isJsonArrayText(calls)) {
+          const shown = calls.length > 40 ? `${calls.slice(0, 40)}…` : calls;
+          bad(path, `row ${i}, message ${j}: tool_calls must be the JSON text of an array, found ${JSON.stringify(shown)}`);
+        }
+        message.toolCalls = calls;
+      }
+      const r0 = responseOffsets[k]!;
+      const r1 = responseOffsets[k + 1]!;
+      if (r1 > r0) {
+        const responses: string[] = [];
+        for (let r = r0; r < r1; r++) responses.push(response(r, label(`tool_responses[${r - r0}]`)));
+        message.toolResponses = responses;
+      }
+      const flag = complete[k]!;
+      if (flag === 0) message.isComplete = false;
+      else if (flag !== 1) bad(path, `row ${i}, message ${j}: is_complete is ${flag}, expected 0 or 1`);
+      row.push(message);
+    }
+    out[i] = row;
+  }
+  return { kind: "history", rows: out };
 }
 
 function readColumn(field: Field, data: Data, rows: number, path: readonly string[]): WireColumn {
   const type = field.type as DataType;
+  const kind = field.metadata.get(META_KEYS.kind);
+  if (kind !== undefined) {
+    checkKind(field, kind, path);
+    return readHistory(data, rows, path);
+  }
   if (DataType.isStruct(type)) {
     checkNode(data, rows, path, "the column");
     const children = type.children;
@@ -351,10 +458,11 @@ function readColumn(field: Field, data: Data, rows: number, path: readonly strin
     return { kind: "dense", dtype, rowShape, data: values };
   }
   if (DataType.isList(type)) {
-    const dtype = readDType(field, path);
     const child = data.children[0];
     const itemType = type.children[0]?.type as DataType | undefined;
     if (child === undefined || itemType === undefined) bad(path, "the List has no child");
+    if (DataType.isStruct(itemType)) bad(path, `a List of Struct column must carry "${META_KEYS.kind}" = "${HISTORY_KIND}"`);
+    const dtype = readDType(field, path);
     checkNode(data, rows, path, "the column");
     if (child.nullCount > 0) bad(path, "the list items have nulls; the posttrain format has no nulls");
     let tailShape: number[];
@@ -463,6 +571,8 @@ function concatColumn(parts: readonly WireColumn[]): WireColumn {
     }
     case "strings":
       return { kind: "strings", values: (parts as readonly WireStrings[]).flatMap((p) => p.values) };
+    case "history":
+      return { kind: "history", rows: (parts as readonly WireHistory[]).flatMap((p) => p.rows) };
     case "struct":
       return { kind: "struct", columns: concatColumns((parts as readonly WireStruct[]).map((p) => p.columns)) };
   }
@@ -538,8 +648,17 @@ function emptyColumns(fields: readonly Field[], path: readonly string[]): WireCo
   const columns: [string, WireColumn][] = fields.map((field) => {
     const here = [...path, field.name];
     const type = field.type as DataType;
+    const kind = field.metadata.get(META_KEYS.kind);
+    if (kind !== undefined) {
+      checkKind(field, kind, here);
+      return [field.name, { kind: "history", rows: [] }];
+    }
     if (DataType.isStruct(type)) return [field.name, { kind: "struct", columns: emptyColumns(type.children, here) }];
     if (DataType.isUtf8(type)) return [field.name, { kind: "strings", values: [] }];
+    const listItem = DataType.isList(type) ? (type.children[0]?.type as DataType | undefined) : undefined;
+    if (listItem !== undefined && DataType.isStruct(listItem)) {
+      bad(here, `a List of Struct column must carry "${META_KEYS.kind}" = "${HISTORY_KIND}"`);
+    }
     const dtype = readDType(field, here);
     const data = typedArrayConstructor(dtype);
     if (DataType.isInt(type) || DataType.isFloat(type)) {
@@ -550,8 +669,7 @@ function emptyColumns(fields: readonly Field[], path: readonly string[]): WireCo
       return [field.name, { kind: "dense", dtype, rowShape: readFixedShape(field, type.listSize, here), data: new data(0) }];
     }
     if (DataType.isList(type)) {
-      const item = type.children[0]?.type as DataType | undefined;
-      const listSize = item !== undefined && DataType.isFixedSizeList(item) ? item.listSize : null;
+      const listSize = listItem !== undefined && DataType.isFixedSizeList(listItem) ? listItem.listSize : null;
       const tailShape = readRaggedShape(field, listSize, here);
       return [field.name, { kind: "ragged", dtype, tailShape, values: new data(0), offsets: new Int32Array(1) }];
     }

@@ -12,7 +12,7 @@ import { Builder } from "flatbuffers";
 
 import { WireFormatError } from "../errors.js";
 import { bytesOf, isDType, itemSize, typedArrayConstructor, type DType } from "./dtypes.js";
-import type { WireBatch, WireColumn, WireColumns, WireDense, WireRagged, WireStrings } from "./types.js";
+import type { WireBatch, WireColumn, WireColumns, WireDense, WireHistory, WireRagged, WireStrings } from "./types.js";
 
 /** Value of the schema metadata key `posttrain.version` written by this encoder. */
 export const WIRE_FORMAT_VERSION = "1";
@@ -23,12 +23,22 @@ export const META_KEYS = {
   batchSize: "posttrain.batch_size",
   dtype: "posttrain.dtype",
   shape: "posttrain.shape",
+  kind: "posttrain.kind",
   extensionName: "ARROW:extension:name",
   extensionMetadata: "ARROW:extension:metadata",
 } as const;
 
 /** The canonical Arrow extension name of dense leaves with a non-empty row shape. */
 export const FIXED_SHAPE_TENSOR = "arrow.fixed_shape_tensor";
+
+/** Value of `posttrain.kind` on a conversation (history) column. */
+export const HISTORY_KIND = "history";
+
+/**
+ * The children of a history column's message struct, in wire order:
+ * `List<Struct<role: Utf8, content: Utf8, name: Utf8, tool_calls: Utf8, tool_responses: List<Utf8>, is_complete: UInt8>>`.
+ */
+export const HISTORY_FIELDS = ["role", "content", "name", "tool_calls", "tool_responses", "is_complete"] as const;
 
 /** Largest value of an int32 list offset: the cap on a ragged leaf's total length along its ragged dimension. */
 export const MAX_INT32 = 2 ** 31 - 1;
@@ -205,6 +215,8 @@ function planColumn(name: string, column: WireColumn, rows: number, path: readon
       return planRagged(name, column, rows, path, body);
     case "strings":
       return planStrings(name, column, rows, path, body);
+    case "history":
+      return planHistory(name, column, rows, path, body);
     case "struct": {
       body.node(rows);
       body.validity();
@@ -329,13 +341,138 @@ function planStrings(name: string, column: WireStrings, rows: number, path: read
     if (LONE_SURROGATE.test(s)) fail(path, `values[${i}] is not well-formed UTF-16 (lone surrogate)`);
     bytes += utf8Length(s);
   }
-  if (bytes > MAX_INT32) fail(path, `the strings take ${bytes} bytes of UTF-8; int32 offsets allow at most ${MAX_INT32}`);
+  planUtf8(values as string[], bytes, path, "the strings", body);
+  return { name, type: { id: "utf8" }, children: [], metadata: [] };
+}
+
+/** Node, validity, offsets and data of one Utf8 array of well-formed strings taking `bytes` bytes of UTF-8. */
+function planUtf8(values: readonly string[], bytes: number, path: readonly string[], what: string, body: BodyLayout): void {
+  if (bytes > MAX_INT32) fail(path, `${what} take ${bytes} bytes of UTF-8; int32 offsets allow at most ${MAX_INT32}`);
+  body.node(values.length);
+  body.validity();
+  const at = body.buffer((values.length + 1) * 4);
+  const dataAt = body.buffer(bytes);
+  body.writes.push({ kind: "strings", at, dataAt, values });
+}
+
+/** A string property of a chat message: its value, or `""` for an absent optional one. */
+function messageText(value: unknown, optional: boolean, path: readonly string[], at: string, key: string): string {
+  if (value === undefined && optional) return "";
+  if (typeof value !== "string") {
+    fail(path, `${at}: ${key} must be a string${optional ? " or absent" : ""}, found ${describe(value)}`);
+  }
+  if (LONE_SURROGATE.test(value)) fail(path, `${at}: ${key} is not well-formed UTF-16 (lone surrogate)`);
+  return value;
+}
+
+/** True when `text` is JSON text whose value is an array (the `tool_calls` of a history message). */
+export function isJsonArrayText(text: string): boolean {
+  try {
+    return Array.isArray(JSON.parse(text));
+  } catch {
+    return false;
+  }
+}
+
+function abbreviate(s: string): string {
+  return s.length > 40 ? `${s.slice(0, 40)}…` : s;
+}
+
+function planHistory(name: string, column: WireHistory, rows: number, path: readonly string[], body: BodyLayout): FieldPlan {
+  const list: unknown = column.rows;
+  if (!Array.isArray(list)) fail(path, `rows must be an array of message arrays, found ${describe(list)}`);
+  if (list.length !== rows) fail(path, `rows must hold one message array per row (${rows}), found ${list.length}`);
+  // Column-wise views of the messages (string references, no copies): role, content, name, tool_calls.
+  const texts: readonly string[][] = [[], [], [], []];
+  const textBytes = [0, 0, 0, 0];
+  const rowOffsets = new Int32Array(rows + 1);
+  const responses: string[] = [];
+  const responseCounts: number[] = [];
+  let responseBytes = 0;
+  const complete: number[] = [];
+  let messages = 0;
+  for (let i = 0; i < rows; i++) {
+    const row: unknown = list[i];
+    if (!Array.isArray(row)) fail(path, `row ${i} must be an array of messages, found ${describe(row)}`);
+    if (messages + row.length > MAX_INT32) {
+      fail(path, `the rows hold more than ${MAX_INT32} messages; int32 offsets allow at most ${MAX_INT32}`);
+    }
+    for (let j = 0; j < row.length; j++) {
+      const at = `row ${i}, message ${j}`;
+      const m: unknown = row[j];
+      if (typeof m !== "object" || m === null || Array.isArray(m)) fail(path, `${at} must be a message object, found ${describe(m)}`);
+      const msg = m as { readonly [key: string]: unknown };
+      const fields = [
+        messageText(msg.role, false, path, at, "role"),
+        messageText(msg.content, false, path, at, "content"),
+        messageText(msg.name, true, path, at, "name"),
+        messageText(msg.toolCalls, true, path, at, "toolCalls"),
+      ] as const;
+      if (fields[3] !== "" && !isJsonArrayText(fields[3])) {
+        fail(path, `${at}: toolCalls must be the JSON text of an array, found ${JSON.stringify(abbreviate(fields[3]))}`);
+      }
+      for (let k = 0; k < 4; k++) {
+        texts[k]!.push(fields[k]!);
+        textBytes[k]! += utf8Length(fields[k]!);
+      }
+      const rs: unknown = msg.toolResponses;
+      if (rs !== undefined && !Array.isArray(rs)) {
+        fail(path, `${at}: toolResponses must be an array of strings or absent, found ${describe(rs)}`);
+      }
+      const rsList = (rs ?? []) as unknown[];
+      if (responses.length + rsList.length > MAX_INT32) {
+        fail(path, `the messages hold more than ${MAX_INT32} tool responses; int32 offsets allow at most ${MAX_INT32}`);
+      }
+      for (let k = 0; k < rsList.length; k++) {
+        const s = messageText(rsList[k], false, path, at, `toolResponses[${k}]`);
+        responses.push(s);
+        responseBytes += utf8Length(s);
+      }
+      responseCounts.push(rsList.length);
+      const isComplete: unknown = msg.isComplete;
+      if (isComplete !== undefined && typeof isComplete !== "boolean") {
+        fail(path, `${at}: isComplete must be a boolean or absent, found ${describe(isComplete)}`);
+      }
+      complete.push(isComplete === false ? 0 : 1);
+    }
+    messages += row.length;
+    rowOffsets[i + 1] = messages;
+  }
+  const responseOffsets = new Int32Array(messages + 1);
+  for (let k = 0; k < messages; k++) responseOffsets[k + 1] = responseOffsets[k]! + responseCounts[k]!;
+
+  // Schema pre-order: the list, its message struct, the struct's six children (tool_responses with its item).
   body.node(rows);
   body.validity();
-  const at = body.buffer((rows + 1) * 4);
-  const dataAt = body.buffer(bytes);
-  body.writes.push({ kind: "strings", at, dataAt, values: values as string[] });
-  return { name, type: { id: "utf8" }, children: [], metadata: [] };
+  body.writes.push({ kind: "bytes", at: body.buffer((rows + 1) * 4), src: bytesOf(rowOffsets) });
+  body.node(messages);
+  body.validity();
+  texts.forEach((values, k) => {
+    planUtf8(values, textBytes[k]!, path, `the ${HISTORY_FIELDS[k]!} values`, body);
+  });
+  body.node(messages);
+  body.validity();
+  body.writes.push({ kind: "bytes", at: body.buffer((messages + 1) * 4), src: bytesOf(responseOffsets) });
+  planUtf8(responses, responseBytes, path, "the tool responses", body);
+  body.node(messages);
+  body.validity();
+  body.writes.push({ kind: "bytes", at: body.buffer(messages), src: Uint8Array.from(complete) });
+
+  const utf8 = (n: string): FieldPlan => ({ name: n, type: { id: "utf8" }, children: [], metadata: [] });
+  const message: FieldPlan = {
+    name: "item",
+    type: { id: "struct" },
+    children: [
+      utf8("role"),
+      utf8("content"),
+      utf8("name"),
+      utf8("tool_calls"),
+      { name: "tool_responses", type: { id: "list" }, children: [utf8("item")], metadata: [] },
+      { name: "is_complete", type: STORAGE.bool, children: [], metadata: [[META_KEYS.dtype, "bool"]] },
+    ],
+    metadata: [],
+  };
+  return { name, type: { id: "list" }, children: [message], metadata: [[META_KEYS.kind, HISTORY_KIND]] };
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ export interface WireBatch {
 export type WireColumns = ReadonlyArray<readonly [name: string, column: WireColumn]>;
 
 /** One column of a {@link WireBatch}. */
-export type WireColumn = WireDense | WireRagged | WireStrings | WireStruct;
+export type WireColumn = WireDense | WireRagged | WireStrings | WireHistory | WireStruct;
 
 /** A dense tensor leaf: every row has shape `rowShape`; `data` holds `rows × prod(rowShape)` elements, row-major. */
 export interface WireDense<D extends DType = DType> {
@@ -44,6 +44,29 @@ export interface WireRagged<D extends DType = DType> {
 export interface WireStrings {
   readonly kind: "strings";
   readonly values: readonly string[];
+}
+
+/**
+ * A conversation leaf: one list of chat messages per row (TorchRL's `History`), as
+ * `List<Struct<role, content, name, tool_calls, tool_responses, is_complete>>` on the wire (docs/protocol.md).
+ */
+export interface WireHistory {
+  readonly kind: "history";
+  readonly rows: ReadonlyArray<ReadonlyArray<WireChatMessage>>;
+}
+
+/** One chat message on the wire. Absent optional fields travel as empty values (`""`, `[]`, true). */
+export interface WireChatMessage {
+  readonly role: string;
+  readonly content: string;
+  /** Participant name (absent: `""` on the wire). */
+  readonly name?: string;
+  /** The tool calls as JSON text of an array (absent: `""` on the wire); the SDK parses it. */
+  readonly toolCalls?: string;
+  /** Tool responses carried by this message (absent: `[]`). */
+  readonly toolResponses?: readonly string[];
+  /** False for a message cut off before its end token (absent: true). */
+  readonly isComplete?: boolean;
 }
 
 /** A nested TensorDict: its columns share the parent's rows. */

@@ -4,6 +4,7 @@
  */
 import { BatchSizeMismatchError, IndexOutOfRangeError } from "../tensordict/errors.js";
 import { planIndex, type Index } from "../tensordict/indexing.js";
+import { takeRows } from "../tensordict/rows.js";
 import { getChatTemplate, type ChatTemplate, type ChatTemplateName } from "./chat-template.js";
 import { ChatParseError, InvalidArgumentError, InvalidHistoryError } from "./errors.js";
 import { describeValue, isCompleteMessage, messagesEqual, validateMessage, type ChatMessage } from "./message.js";
@@ -183,8 +184,9 @@ export class History implements Iterable<ChatMessage> {
 export type RowAppend = ChatMessage | readonly ChatMessage[] | History | null | undefined;
 
 /**
- * One {@link History} per batch row — the TypeScript side of a TensorDict History leaf (`List<Struct>` on the wire).
- * Rows are in row-major order over the batch size, like string leaves. Immutable.
+ * One {@link History} per batch row — the TypeScript side of a TensorDict History leaf (`List<Struct>` on the wire):
+ * `td.set(["history", "prompt"], batch)` needs `batch.length === td.numel()`. Rows are in row-major order over the
+ * TensorDict's batch size, like string leaves. Immutable.
  *
  * ```ts
  * const batch = HistoryBatch.from([[{ role: "user", content: "a" }], [{ role: "user", content: "b" }]]);
@@ -286,12 +288,7 @@ export class HistoryBatch implements Iterable<History> {
   index(rows: Index): History | HistoryBatch {
     if (typeof rows === "number") return this.row(rows);
     const { plan } = planIndex([this.length], rows, 0);
-    const out: History[] = [];
-    for (let run = 0; run < plan.count.length; run++) {
-      const start = plan.start[run]!;
-      for (let k = 0; k < plan.count[run]!; k++) out.push(this.#rows[start + k]!);
-    }
-    return new HistoryBatch(out);
+    return new HistoryBatch(takeRows([this.#rows], plan));
   }
 
   /**

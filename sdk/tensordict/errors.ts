@@ -95,7 +95,7 @@ export class IndexOutOfRangeError extends PosttrainError {
 }
 
 /** The kinds of value a TensorDict holds under a key. */
-export type ValueKind = "tensor" | "ragged" | "strings" | "tensordict";
+export type ValueKind = "tensor" | "ragged" | "strings" | "history" | "tensordict";
 
 /** A key holds another kind of value than the one asked for (e.g. `getTensor` on a ragged leaf). */
 export class LeafKindMismatchError extends PosttrainError {

@@ -1,5 +1,5 @@
 /**
- * posttrain's TensorDict: dense, ragged and string leaves sharing a batch size, with TorchRL's operations
+ * posttrain's TensorDict: dense, ragged, string and History leaves sharing a batch size, with TorchRL's operations
  * and a zero-copy bridge to the Arrow wire format. See docs/tensordict.md.
  */
 export { DTYPES, isDType, itemSize, type DType, type TypedArrayOf, type AnyTypedArray } from "../../bridge/wire/dtypes.js";

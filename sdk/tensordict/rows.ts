@@ -123,9 +123,12 @@ export function takeRagged<D extends DType>(sources: readonly RaggedTensor<D>[],
   return new RaggedTensor(first.dtype, values, offsets, first.tailShape);
 }
 
-/** Applies a plan to string leaves (always a new array of the same strings). */
-export function takeStrings(sources: readonly (readonly string[])[], plan: RowPlan): string[] {
-  const out: string[] = [];
+/**
+ * Applies a plan to leaves held as one JS value per row (string leaves, History leaves): always a new array of the
+ * same (immutable) row values.
+ */
+export function takeRows<T>(sources: readonly (readonly T[])[], plan: RowPlan): T[] {
+  const out: T[] = [];
   for (let r = 0; r < plan.count.length; r++) {
     const src = sources[plan.source[r]!]!;
     const start = plan.start[r]!;

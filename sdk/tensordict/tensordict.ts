@@ -1,8 +1,15 @@
 /**
  * TensorDict: named leaves sharing a leading batch size, as in TorchRL's `tensordict`.
+ *
+ * History leaves are `HistoryBatch`es from `sdk/data`. This module imports `sdk/data/history.ts` (and its wire
+ * conversions) directly; that is not a runtime import cycle because `sdk/data` only imports the leaf modules of
+ * `sdk/tensordict` (errors, indexing, rows), never this module or `sdk/tensordict/index.ts`
+ * (test/ts/tensordict.history.test.ts checks that the import graph of sdk/ and bridge/ has no cycles).
  */
 import { decodeBatch, encodeBatch, type WireBatch, type WireColumn, type WireColumns } from "../../bridge/wire/index.js";
 import type { DType } from "../../bridge/wire/dtypes.js";
+import { History, HistoryBatch } from "../data/history.js";
+import { historyFromWire, historyToWire } from "../data/wire.js";
 import {
   BatchSizeMismatchError,
   DTypeMismatchError,
@@ -15,7 +22,7 @@ import {
 import { planCat, planIndex, planStack, type Index, type IndexPlan } from "./indexing.js";
 import { canonicalKey, formatKey, keyPath, type NestedKey } from "./keys.js";
 import { RaggedTensor } from "./ragged.js";
-import { takeDense, takeRagged, takeStrings, type RowPlan } from "./rows.js";
+import { takeDense, takeRagged, takeRows, type RowPlan } from "./rows.js";
 import { checkShape, formatShape, normalizeDim, prod, resolveShape, sameShape } from "./shape.js";
 import { Tensor } from "./tensor.js";
 import { denseFromWire, denseToWire, raggedFromWire, raggedToWire } from "./wire.js";
@@ -25,10 +32,10 @@ export type TensorLeaf = Tensor | RaggedTensor;
 
 /**
  * A value a TensorDict holds under a key: a dense {@link Tensor} (shape starts with the batch size), a
- * {@link RaggedTensor} (one row per batch element), strings (one per batch element, row-major) or a nested
- * TensorDict (same batch size).
+ * {@link RaggedTensor} (one row per batch element), strings (one per batch element, row-major), a
+ * {@link HistoryBatch} (one conversation per batch element, row-major) or a nested TensorDict (same batch size).
  */
-export type TensorDictValue = Tensor | RaggedTensor | readonly string[] | TensorDict;
+export type TensorDictValue = Tensor | RaggedTensor | readonly string[] | HistoryBatch | TensorDict;
 
 /** The plain-object form accepted by the constructor and `set`: nested objects become nested TensorDicts. */
 export interface TensorDictSource {
@@ -52,10 +59,11 @@ export interface KeysOptions {
 /** The function {@link TensorDict.apply} calls on each tensor leaf; `undefined` drops the leaf. */
 export type ApplyFunction = (value: TensorLeaf, key: NestedKey) => TensorLeaf | undefined;
 
-/** The kind of a value: `"tensor"`, `"ragged"`, `"strings"` or `"tensordict"`. */
+/** The kind of a value: `"tensor"`, `"ragged"`, `"strings"`, `"history"` or `"tensordict"`. */
 export function kindOf(value: TensorDictValue): ValueKind {
   if (value instanceof Tensor) return "tensor";
   if (value instanceof RaggedTensor) return "ragged";
+  if (value instanceof HistoryBatch) return "history";
   if (value instanceof TensorDict) return "tensordict";
   return "strings";
 }
@@ -88,7 +96,8 @@ export class TensorDict {
 
   /**
    * A TensorDict from a (nested) plain object of values. Nested plain objects become nested TensorDicts with the same
-   * batch size; TensorDict values are kept by reference (as in TorchRL), string arrays are copied and frozen.
+   * batch size; TensorDict values are kept by reference (as in TorchRL), string arrays are copied and frozen,
+   * HistoryBatch values (immutable) are kept as they are.
    * Throws BATCH_SIZE_MISMATCH (naming the key) when a value does not fit `batchSize`.
    */
   constructor(source: TensorDictSource = {}, options: TensorDictOptions = {}) {
@@ -134,6 +143,16 @@ export class TensorDict {
       }
       return value;
     }
+    if (value instanceof HistoryBatch) {
+      if (value.length !== this.numel()) {
+        throw new BatchSizeMismatchError(
+          `key ${key}: HistoryBatch has ${value.length} rows but batch size ${formatShape(this.batchSize)} has ${this.numel()}`,
+          this.batchSize,
+          [value.length],
+        );
+      }
+      return value;
+    }
     if (value instanceof TensorDict) {
       if (!sameShape(value.batchSize, this.batchSize)) {
         throw new BatchSizeMismatchError(
@@ -162,9 +181,11 @@ export class TensorDict {
       child.#fill(value, path);
       return child;
     }
-    const hint = ArrayBuffer.isView(value) ? " (wrap TypedArrays with Tensor.from or new Tensor)" : "";
+    let hint = "";
+    if (ArrayBuffer.isView(value)) hint = " (wrap TypedArrays with Tensor.from or new Tensor)";
+    else if (value instanceof History) hint = " (wrap Histories with HistoryBatch.stack, one per batch row)";
     throw new InvalidArgumentError(
-      `key ${key}: expected a Tensor, RaggedTensor, string array, TensorDict or plain object, got ${describe(value)}${hint}`,
+      `key ${key}: expected a Tensor, RaggedTensor, string array, HistoryBatch, TensorDict or plain object, got ${describe(value)}${hint}`,
     );
   }
 
@@ -252,6 +273,11 @@ export class TensorDict {
   /** The strings under `key` (one per batch element, row-major; frozen); throws KEY_NOT_FOUND or LEAF_KIND_MISMATCH. */
   getStrings(key: NestedKey): readonly string[] {
     return this.#getKind(key, "strings", "getStrings") as readonly string[];
+  }
+
+  /** The conversations under `key` (one History per batch element, row-major); throws KEY_NOT_FOUND or LEAF_KIND_MISMATCH. */
+  getHistory(key: NestedKey): HistoryBatch {
+    return this.#getKind(key, "history", "getHistory") as HistoryBatch;
   }
 
   /** The nested TensorDict under `key`; throws KEY_NOT_FOUND or LEAF_KIND_MISMATCH. */
@@ -380,7 +406,8 @@ export class TensorDict {
       if (value instanceof Tensor) out = takeDense(all as Tensor[], plan, first.batchDims, batchSize, allowView);
       else if (value instanceof RaggedTensor) out = takeRagged(all as RaggedTensor[], plan, allowView);
       else if (value instanceof TensorDict) out = TensorDict.#take(all as TensorDict[], plan, batchSize, allowView);
-      else out = Object.freeze(takeStrings(all as (readonly string[])[], plan));
+      else if (value instanceof HistoryBatch) out = HistoryBatch.stack(takeRows((all as HistoryBatch[]).map((h) => h.rows), plan));
+      else out = Object.freeze(takeRows(all as (readonly string[])[], plan));
       entries.push([key, out]);
     }
     return TensorDict.#trusted(batchSize, entries);
@@ -586,8 +613,8 @@ export class TensorDict {
 
   /**
    * A new TensorDict with `fn` applied to every dense and ragged leaf (nested ones included); `fn` gets the leaf and
-   * its key (a string at top level, a tuple below). Returning `undefined` drops the leaf. String leaves are not
-   * passed to `fn`: they are kept as they are. Each result must fit the batch size (BATCH_SIZE_MISMATCH otherwise).
+   * its key (a string at top level, a tuple below). Returning `undefined` drops the leaf. String and History leaves
+   * are not passed to `fn`: they are kept as they are. Each result must fit the batch size (BATCH_SIZE_MISMATCH otherwise).
    */
   apply(fn: ApplyFunction): TensorDict {
     const walk = (td: TensorDict, prefix: readonly string[]): TensorDict => {
@@ -613,13 +640,17 @@ export class TensorDict {
     return walk(this, []);
   }
 
-  /** A deep copy: every tensor's data is copied (ragged values compacted), string arrays copied. */
+  /**
+   * A deep copy: every tensor's data is copied (ragged values compacted), string arrays copied. History leaves get a
+   * new HistoryBatch holding the same Histories (they are immutable, so sharing them is safe).
+   */
   clone(): TensorDict {
     return TensorDict.#trusted(
       this.batchSize,
       [...this.#entries].map(([key, value]) => {
         let out: TensorDictValue;
         if (value instanceof Tensor || value instanceof RaggedTensor || value instanceof TensorDict) out = value.clone();
+        else if (value instanceof HistoryBatch) out = HistoryBatch.stack(value.rows);
         else out = Object.freeze(value.slice());
         return [key, out] as const;
       }),
@@ -632,17 +663,24 @@ export class TensorDict {
     return [...this.#entries].map(([key, value]): readonly [string, WireColumn] => {
       if (value instanceof Tensor) return [key, denseToWire(value, this.batchDims)];
       if (value instanceof RaggedTensor) return [key, raggedToWire(value)];
+      if (value instanceof HistoryBatch) return [key, historyToWire(value)];
       if (value instanceof TensorDict) return [key, { kind: "struct", columns: value.#columns() }];
       return [key, { kind: "strings", values: value }];
     });
   }
 
-  /** The wire form (`bridge/wire`): columns share the leaves' arrays, nothing is copied. */
+  /**
+   * The wire form (`bridge/wire`): columns share the leaves' arrays, nothing is copied. History leaves become
+   * `WireHistory` columns (plain message objects; tool calls as compact JSON text).
+   */
   toWire(): WireBatch {
     return { batchSize: this.batchSize, columns: this.#columns() };
   }
 
-  /** A TensorDict over a wire batch, without copying its arrays; validates shapes and row counts. */
+  /**
+   * A TensorDict over a wire batch, without copying its arrays; validates shapes and row counts. History columns are
+   * parsed and validated into HistoryBatches (InvalidHistoryError naming the key, row, message and field).
+   */
   static fromWire(batch: WireBatch): TensorDict {
     const batchSize = checkShape(batch.batchSize, "fromWire: batchSize");
     const build = (columns: WireColumns, prefix: readonly string[]): TensorDict => {
@@ -660,6 +698,9 @@ export class TensorDict {
             break;
           case "strings":
             value = column.values;
+            break;
+          case "history":
+            value = historyFromWire(column, `fromWire: key ${formatKey(path)}`);
             break;
           case "struct":
             value = build(column.columns, path);
@@ -690,7 +731,7 @@ export class TensorDict {
         if (value instanceof TensorDict) {
           lines.push(`${indent}${key}: TensorDict`);
           walk(value, `${indent}  `);
-        } else if (value instanceof Tensor || value instanceof RaggedTensor) {
+        } else if (value instanceof Tensor || value instanceof RaggedTensor || value instanceof HistoryBatch) {
           lines.push(`${indent}${key}: ${value.toString()}`);
         } else {
           lines.push(`${indent}${key}: strings`);

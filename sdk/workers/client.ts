@@ -8,7 +8,14 @@ import {
   type WorkerInfo,
 } from "../../bridge/index.js";
 import { TensorDict } from "../tensordict/index.js";
-import { GenerateOptionsSchema, ScoreOptionsSchema, type GenerateOptions, type ScoreOptions } from "./generation.js";
+import {
+  ChatTemplateOptionsSchema,
+  GenerateOptionsSchema,
+  ScoreOptionsSchema,
+  type ChatTemplateOptions,
+  type GenerateOptions,
+  type ScoreOptions,
+} from "./generation.js";
 import { LoadModelOptionsSchema, ModelInfoSchema, ModelListSchema, type LoadModelOptions, type ModelInfo } from "./models.js";
 import { parseOptions } from "./options.js";
 
@@ -120,6 +127,25 @@ export class WorkerClient {
     const payload = { kind: "tensordict" as const, data: sequences.toArrow() };
     const reply = await this.connection.request("score", { model: name, ...args }, [payload], requestOptions);
     return singleTensorDict("score", reply);
+  }
+
+  /**
+   * Renders conversations with the model's own chat template (the HF tokenizer is the source of truth): reads
+   * `("history", key)` and returns `("tokens", key)`, `("text", key)` and
+   * `("masks","all_attention_mask"|"all_assistant_mask")` (assistant tokens, from the template's
+   * `{% generation %}` blocks). An incomplete last message is continued rather than closed.
+   */
+  async applyChatTemplate(
+    model: string,
+    conversations: TensorDict,
+    options: ChatTemplateOptions = {},
+    requestOptions: RequestOptions = {},
+  ): Promise<TensorDict> {
+    const args = parseOptions(ChatTemplateOptionsSchema, options, "applyChatTemplate options");
+    const name = parseOptions(z.string().min(1), model, "applyChatTemplate model");
+    const payload = { kind: "tensordict" as const, data: conversations.toArrow() };
+    const reply = await this.connection.request("apply_chat_template", { model: name, ...args }, [payload], requestOptions);
+    return singleTensorDict("apply_chat_template", reply);
   }
 
   /** Calls any worker method by name (the escape hatch below the typed methods). */

@@ -38,3 +38,16 @@ export const ScoreOptionsSchema = z.strictObject({
 
 /** Options of `WorkerClient.score`. */
 export type ScoreOptions = z.input<typeof ScoreOptionsSchema>;
+
+/** Options of `WorkerClient.applyChatTemplate`. */
+export const ChatTemplateOptionsSchema = z.strictObject({
+  /** Which conversation to render: `("history","prompt")` (default) or `("history","full")`. */
+  key: z.enum(["prompt", "full"]).default("prompt"),
+  /** Append the assistant header; default true for `"prompt"`, false for `"full"`. */
+  addGenerationPrompt: z.boolean().optional(),
+  /** Leave the last message open (as for an incomplete message). Default false. */
+  continueFinalMessage: z.boolean().default(false),
+});
+
+/** Options of `WorkerClient.applyChatTemplate`. */
+export type ChatTemplateOptions = z.input<typeof ChatTemplateOptionsSchema>;

@@ -7,4 +7,11 @@ export {
   type LoadModelOptions,
   type ModelInfo,
 } from "./models.js";
-export { GenerateOptionsSchema, ScoreOptionsSchema, type GenerateOptions, type ScoreOptions } from "./generation.js";
+export {
+  ChatTemplateOptionsSchema,
+  GenerateOptionsSchema,
+  ScoreOptionsSchema,
+  type ChatTemplateOptions,
+  type GenerateOptions,
+  type ScoreOptions,
+} from "./generation.js";

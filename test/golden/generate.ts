@@ -9,6 +9,9 @@
  * JSON value conventions: values are flat and row-major; int64 as decimal strings; float16 and bfloat16 as
  * their 16-bit patterns (integers); bool as 0/1; float32/float64 as numbers (all exactly representable).
  * Ragged columns are described as they are on the wire: offsets rebased to start at 0, only the values used.
+ * History messages are described as decoded: absent optional values (`""`, `[]`, complete) omitted, `toolCalls`
+ * as its JSON text, which the cases write in the compact form that Python's `json.dumps(..., ensure_ascii=False,
+ * separators=(",", ":"))` also writes (so that the Python suite re-encodes it byte for byte).
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -21,6 +24,7 @@ import {
   type AnyTypedArray,
   type DType,
   type WireBatch,
+  type WireChatMessage,
   type WireColumn,
   type WireColumns,
 } from "../../bridge/wire/index.js";
@@ -37,7 +41,18 @@ export type ColumnJson =
   | { name: string; kind: "dense"; dtype: DType; rowShape: number[]; values: (number | string)[] }
   | { name: string; kind: "ragged"; dtype: DType; tailShape: number[]; offsets: number[]; values: (number | string)[] }
   | { name: string; kind: "strings"; values: string[] }
+  | { name: string; kind: "history"; rows: MessageJson[][] }
   | { name: string; kind: "struct"; columns: ColumnJson[] };
+
+/** JSON description of one chat message: absent optional values omitted, as `decodeBatch` gives it. */
+export interface MessageJson {
+  role: string;
+  content: string;
+  name?: string;
+  toolCalls?: string;
+  toolResponses?: string[];
+  isComplete?: false;
+}
 
 /** JSON description of one case, as stored in cases.json. */
 export interface CaseJson {
@@ -74,6 +89,10 @@ function ragged(
 
 function strings(values: string[]): WireColumn {
   return { kind: "strings", values };
+}
+
+function history(rows: WireChatMessage[][]): WireColumn {
+  return { kind: "history", rows };
 }
 
 function struct(columns: WireColumns): WireColumn {
@@ -169,6 +188,51 @@ export function goldenCases(): GoldenCase[] {
       },
     },
     {
+      name: "history",
+      description:
+        "conversation leaves: an empty row, system/user/assistant, name, tool calls and responses, " +
+        "an incomplete last message, non-ASCII text, absent values given explicitly, a nested history",
+      batch: {
+        batchSize: [4],
+        columns: [
+          [
+            "history",
+            history([
+              [],
+              [
+                // Explicit defaults travel as absent values and decode as absent.
+                { role: "system", content: "You are a helpful assistant.", name: "", toolResponses: [], isComplete: true },
+                { role: "user", content: "What is 2 + 2?" },
+                { role: "assistant", content: "2 + 2 = 4." },
+              ],
+              [
+                { role: "user", content: "Wie ist das Wetter in Zürich? 天気は？" },
+                {
+                  role: "assistant",
+                  content: "",
+                  toolCalls: JSON.stringify([
+                    {
+                      id: "call_0",
+                      type: "function",
+                      function: { name: "get_weather", arguments: JSON.stringify({ city: "Zürich", unit: "°C\n" }) },
+                    },
+                  ]),
+                },
+                { role: "tool", content: "", name: "get_weather", toolResponses: ['{"temp_c":21}', "☀️ sonnig 😀"] },
+                { role: "assistant", content: "Es ist sonnig, 21 °C — 晴れ", isComplete: false },
+              ],
+              [{ role: "user", content: "", name: "émile", toolCalls: "[]", toolResponses: [""] }],
+            ]),
+          ],
+          ["text", strings(["a", "", "b", "c"])],
+          [
+            "next",
+            struct([["history", history([[{ role: "assistant", content: "ok" }], [], [], [{ role: "user", content: "…", isComplete: false }]])]]),
+          ],
+        ],
+      },
+    },
+    {
       name: "empty",
       description: "batch size [0] with every column kind",
       batch: {
@@ -180,6 +244,7 @@ export function goldenCases(): GoldenCase[] {
           ["ragged_tail", ragged("float16", [2], [0], [])],
           ["text", strings([])],
           ["nested", struct([["a", dense("int32", [], [])], ["b", strings([])]])],
+          ["history", history([])],
         ],
       },
     },
@@ -247,9 +312,21 @@ export function columnJson(name: string, column: WireColumn): ColumnJson {
     }
     case "strings":
       return { name, kind: "strings", values: [...column.values] };
+    case "history":
+      return { name, kind: "history", rows: column.rows.map((row) => row.map(messageJson)) };
     case "struct":
       return { name, kind: "struct", columns: column.columns.map(([n, c]) => columnJson(n, c)) };
   }
+}
+
+/** A message as decoded: the wire's empty values (`""`, `[]`, complete) mean absent. */
+function messageJson(m: WireChatMessage): MessageJson {
+  const out: MessageJson = { role: m.role, content: m.content };
+  if (m.name !== undefined && m.name !== "") out.name = m.name;
+  if (m.toolCalls !== undefined && m.toolCalls !== "") out.toolCalls = m.toolCalls;
+  if (m.toolResponses !== undefined && m.toolResponses.length > 0) out.toolResponses = [...m.toolResponses];
+  if (m.isComplete === false) out.isComplete = false;
+  return out;
 }
 
 /** The JSON description of a batch's columns. */

@@ -19,8 +19,10 @@ import zmq
 from posttrain_worker.codec import (
     DTYPE_TO_TORCH,
     CodecError,
+    HistoryColumn,
     Ragged,
     TensorBatch,
+    arrow_encode,
     decode_batch,
     encode_batch,
     tensor_from_bytes,
@@ -76,7 +78,23 @@ def column_from_json(col: dict[str, Any], batch_size: list[int]) -> Column:
         return Ragged(values=values, offsets=torch.tensor(col["offsets"], dtype=torch.int32))
     if kind == "strings":
         return list(col["values"])
+    if kind == "history":
+        return HistoryColumn(rows=[[message_from_json(m) for m in row] for row in col["rows"]])
     return {c["name"]: column_from_json(c, batch_size) for c in col["columns"]}
+
+
+def message_from_json(m: dict[str, Any]) -> dict[str, Any]:
+    """A cases.json message (TypeScript names, tool calls as JSON text) as the Python codec holds it."""
+    out: dict[str, Any] = {"role": m["role"], "content": m["content"]}
+    if "name" in m:
+        out["name"] = m["name"]
+    if "toolCalls" in m:
+        out["tool_calls"] = json.loads(m["toolCalls"])
+    if "toolResponses" in m:
+        out["tool_responses"] = list(m["toolResponses"])
+    if "isComplete" in m:
+        out["is_complete"] = m["isComplete"]
+    return out
 
 
 def batch_from_json(case: dict[str, Any]) -> TensorBatch:
@@ -94,6 +112,12 @@ def assert_same_column(actual: Column, expected: Column, path: str) -> None:
         assert isinstance(actual, Ragged), path
         assert_same_tensor(actual.values, expected.values, f"{path}.values")
         assert actual.offsets.tolist() == expected.offsets.tolist(), path
+    elif isinstance(expected, HistoryColumn):
+        assert isinstance(actual, HistoryColumn), path
+        assert actual.rows == expected.rows, path
+        for row in actual.rows:
+            for m in row:  # the decoder leaves absent values out; is_complete is False when present
+                assert {"role", "content"} <= set(m) and m.get("is_complete", False) is False, path
     elif isinstance(expected, dict):
         assert isinstance(actual, dict), path
         assert list(actual) == list(expected), path
@@ -168,9 +192,44 @@ def test_golden_reads_with_pyarrow(case: dict[str, Any]) -> None:
                 assert list(f.type.shape) == c["rowShape"]
             if c["kind"] == "struct":
                 check([f.type.field(i) for i in range(f.type.num_fields)], c["columns"])
+            if c["kind"] == "history":
+                assert f.metadata == {b"posttrain.kind": b"history"}
+                assert f.type == HISTORY_TYPE, f.name
+                assert f.type.value_field.name == "item"
+                assert f.type.value_type.field("tool_responses").type.value_field.name == "item"
+                assert f.type.value_type.field("is_complete").metadata == {b"posttrain.dtype": b"bool"}
             assert not f.nullable
 
     check(list(reader.schema), case["columns"])
+
+
+HISTORY_TYPE = pa.list_(
+    pa.field(
+        "item",
+        pa.struct(
+            [
+                pa.field("role", pa.string(), nullable=False),
+                pa.field("content", pa.string(), nullable=False),
+                pa.field("name", pa.string(), nullable=False),
+                pa.field("tool_calls", pa.string(), nullable=False),
+                pa.field(
+                    "tool_responses", pa.list_(pa.field("item", pa.string(), nullable=False)), nullable=False
+                ),
+                pa.field("is_complete", pa.uint8(), nullable=False, metadata={"posttrain.dtype": "bool"}),
+            ]
+        ),
+        nullable=False,
+    )
+)
+
+
+def test_golden_tool_calls_are_the_compact_json_python_writes() -> None:
+    """The TypeScript side carries tool calls as text: the golden texts are exactly what json.dumps writes."""
+    case = next(c for c in CASES if c["name"] == "history")
+    texts = [m["toolCalls"] for row in case["columns"][0]["rows"] for m in row if "toolCalls" in m]
+    assert len(texts) == 2
+    for text in texts:
+        assert json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":")) == text
 
 
 def test_golden_layout() -> None:
@@ -308,16 +367,55 @@ def random_columns(rng: random.Random, batch_size: list[int], depth: int) -> dic
             offsets = torch.tensor([start, *lengths]).cumsum(0)
             values = random_tensor(rng, dtype, [int(offsets[-1]) + rng.randint(0, 1), *tail])
             out[name] = Ragged(values=values, offsets=offsets)
-        elif kind < 0.85 or depth >= 2:
+        elif kind < 0.75:
             words = ["", "a", "héllo", "日本", "😀", "\x00", "\ufeffx"]
             out[name] = [rng.choice(words) for _ in range(rows)]
+        elif kind < 0.85 or depth >= 2:
+            out[name] = HistoryColumn(
+                rows=[[random_message(rng) for _ in range(rng.randint(0, 3))] for _ in range(rows)]
+            )
         else:
             out[name] = random_columns(rng, batch_size, depth + 1)
     return out
 
 
+def random_message(rng: random.Random) -> dict[str, Any]:
+    words = ["", "a", "héllo", "日本", "😀", "\x00", "\ufeffx", 'q"\\\n\t']
+    m: dict[str, Any] = {
+        "role": rng.choice(["system", "user", "assistant", "tool"]),
+        "content": rng.choice(words),
+    }
+    # Optional values: absent, None, or given (explicit empty defaults included, which decode as absent).
+    if rng.random() < 0.3:
+        m["name"] = rng.choice([None, *words])
+    if rng.random() < 0.3:
+        m["tool_calls"] = rng.choice(
+            [None, [], [{"id": rng.choice(words), "args": {"n": 1, "x": [1.5, None]}}]]
+        )
+    if rng.random() < 0.3:
+        m["tool_responses"] = rng.choice([None, [rng.choice(words) for _ in range(rng.randint(0, 2))]])
+    if rng.random() < 0.3:
+        m["is_complete"] = rng.choice([None, True, False])
+    return m
+
+
+def canonical_message(m: dict[str, Any]) -> dict[str, Any]:
+    out = {"role": m["role"], "content": m["content"]}
+    for key in ("name", "tool_calls", "tool_responses"):
+        if m.get(key):
+            out[key] = m[key]
+    if m.get("tool_calls") == []:
+        out["tool_calls"] = []
+    if m.get("is_complete") is False:
+        out["is_complete"] = False
+    return out
+
+
 def canonical(column: Column) -> Column:
-    """What decoding gives back: ragged offsets rebased (int32) and only the used values."""
+    """What decoding gives back: ragged offsets rebased (int32) and only the used values; history messages
+    without their absent values."""
+    if isinstance(column, HistoryColumn):
+        return HistoryColumn(rows=[[canonical_message(m) for m in row] for row in column.rows])
     if isinstance(column, Ragged):
         first, last = int(column.offsets[0]), int(column.offsets[-1])
         return Ragged(values=column.values[first:last], offsets=(column.offsets - first).to(torch.int32))
@@ -382,7 +480,7 @@ def write_stream(schema: pa.Schema, batches: list[pa.RecordBatch]) -> bytes:
 
 
 def test_several_record_batches_are_concatenated() -> None:
-    for name in ["batch_2d", "ragged", "nested", "strings", "dense_shaped"]:
+    for name in ["batch_2d", "ragged", "nested", "strings", "dense_shaped", "history"]:
         raw = golden(name)
         reader = pa.ipc.open_stream(raw)
         whole = reader.read_next_batch()
@@ -456,7 +554,7 @@ def test_plain_arrow_streams_and_files_are_rejected() -> None:
 # Malformed input
 
 
-@pytest.mark.parametrize("name", ["nested", "strings", "empty"])
+@pytest.mark.parametrize("name", ["nested", "strings", "empty", "history"])
 def test_every_truncation_raises_codec_error(name: str) -> None:
     raw = golden(name)
     for n in range(len(raw)):
@@ -490,7 +588,7 @@ def test_random_bytes_raise_codec_error() -> None:
 
 def test_corrupted_streams_raise_only_codec_error() -> None:
     rng = random.Random(11)
-    for name in ["nested", "ragged", "strings", "dense_shaped"]:
+    for name in ["nested", "ragged", "strings", "dense_shaped", "history"]:
         original = golden(name)
         for _ in range(300):
             data = bytearray(original)
@@ -537,6 +635,138 @@ def test_wrong_fixed_shape_metadata() -> None:
     raw = patched(golden("dense_shaped"), '{"shape":[2,3]}', '{"shape":[3,3]}')
     with pytest.raises(CodecError):
         decode_batch(raw)
+
+
+def small_history() -> bytes:
+    rows = [
+        [{"role": "user", "content": "QQQ", "is_complete": False}],
+        [{"role": "assistant", "content": "", "tool_calls": ["tc"]}],
+    ]
+    raw = bytes(encode_batch(TensorBatch((2,), {"h": HistoryColumn(rows=rows)})))
+    assert decode_batch(raw).columns["h"] == HistoryColumn(rows=rows)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("history", "historX", 'column "h": unknown "posttrain.kind" \'historX\''),
+        (
+            "posttrain.kind",
+            "posttrain.kinX",
+            'column "h": a list of struct column must carry "posttrain.kind" = "history"',
+        ),
+        (
+            "tool_calls",
+            "tool_callX",
+            r'column "h": a "posttrain.kind" = "history" column must be list<struct<role: string, .*found '
+            r"list<item: struct<.*tool_callX",
+        ),
+        (
+            "bool",
+            "boox",
+            'column "h": the is_complete field must carry "posttrain.dtype" = "bool", found \'boox\'',
+        ),
+        ('["tc"]', '["tc"}', r'column "h": row 1, message 0: tool_calls must be the JSON text of an array'),
+    ],
+)
+def test_invalid_history_metadata_and_values(old: str, new: str, message: str) -> None:
+    with pytest.raises(CodecError, match=message):
+        decode_batch(patched(small_history(), old, new))
+
+
+def test_invalid_history_bytes() -> None:
+    raw = small_history()
+    with pytest.raises(CodecError, match="invalid Arrow stream"):  # pyarrow's full validation: UTF-8
+        decode_batch(raw.replace(b"QQQ", b"\xffQQ", 1))
+    flag = bytearray(raw)
+    flag[-16] = 2  # is_complete is the last body buffer, just before the end-of-stream marker
+    with pytest.raises(CodecError, match=r'column "h": row 0, message 0: is_complete is 2, expected 0 or 1'):
+        decode_batch(bytes(flag))
+
+
+def history_stream(messages: pa.Array, offsets: list[int]) -> bytes:
+    arr = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), messages, type=HISTORY_TYPE)
+    field = pa.field("h", HISTORY_TYPE, nullable=False, metadata={"posttrain.kind": "history"})
+    schema = posttrain_schema([field], f"[{len(offsets) - 1}]")
+    return write_stream(schema, [pa.record_batch([arr], schema=schema)])
+
+
+def message_array(**overrides: list[Any]) -> pa.StructArray:
+    columns: dict[str, list[Any]] = {
+        "role": ["user"],
+        "content": ["x"],
+        "name": [""],
+        "tool_calls": [""],
+        "tool_responses": [[]],
+        "is_complete": [1],
+    }
+    columns.update(overrides)
+    return pa.StructArray.from_arrays(
+        [pa.array(columns[f.name], f.type) for f in HISTORY_TYPE.value_type],
+        fields=list(HISTORY_TYPE.value_type),
+    )
+
+
+def test_history_from_pyarrow_writer() -> None:
+    decoded = decode_batch(history_stream(message_array(), [0, 0, 1]))
+    assert decoded.columns["h"] == HistoryColumn(rows=[[], [{"role": "user", "content": "x"}]])
+    with pytest.raises(CodecError, match=r'column "h": row 0, message 0 has nulls'):
+        decode_batch(history_stream(message_array(name=[None]), [0, 1]))
+    with pytest.raises(CodecError, match=r'column "h": row 0, message 0 has nulls'):
+        decode_batch(history_stream(message_array(tool_responses=[["a", None]]), [0, 1]))
+    with pytest.raises(CodecError, match=r"row 0, message 0: tool_calls must be the JSON text of an array"):
+        decode_batch(history_stream(message_array(tool_calls=["[NaN]"]), [0, 1]))
+    with pytest.raises(CodecError, match=r"row 0, message 0: tool_calls must be the JSON text of an array"):
+        decode_batch(history_stream(message_array(tool_calls=['{"a":1}']), [0, 1]))
+    # A list of structs without "posttrain.kind" is not a history.
+    arr = pa.ListArray.from_arrays(pa.array([0, 1], pa.int32()), message_array(), type=HISTORY_TYPE)
+    schema = posttrain_schema([pa.field("h", HISTORY_TYPE, nullable=False)], "[1]")
+    with pytest.raises(CodecError, match=r'a list of struct column must carry "posttrain\.kind"'):
+        decode_batch(write_stream(schema, [pa.record_batch([arr], schema=schema)]))
+
+
+def test_history_values_and_normalization() -> None:
+    given = [
+        [
+            {
+                "role": "user",
+                "content": "a",
+                "name": "",
+                "tool_calls": None,
+                "tool_responses": [],
+                "is_complete": True,
+            },
+            {"role": "tool", "content": "", "tool_calls": [], "tool_responses": [""], "is_complete": False},
+            {"role": "assistant", "content": "日本", "tool_calls": [{"f": "é", "a": [1, 2.5, None, True]}]},
+        ],
+        [],
+    ]
+    raw = encode_batch(TensorBatch((2,), {"h": HistoryColumn(rows=given)}))
+    assert decode_batch(raw).columns["h"] == HistoryColumn(
+        rows=[
+            [
+                {"role": "user", "content": "a"},
+                {
+                    "role": "tool",
+                    "content": "",
+                    "tool_calls": [],
+                    "tool_responses": [""],
+                    "is_complete": False,
+                },
+                {
+                    "role": "assistant",
+                    "content": "日本",
+                    "tool_calls": [{"f": "é", "a": [1, 2.5, None, True]}],
+                },
+            ],
+            [],
+        ]
+    )
+    text = pa.ipc.open_stream(raw).read_next_batch().column(0).to_pylist()[0][2]["tool_calls"]
+    assert text == '[{"f":"é","a":[1,2.5,null,true]}]'
+    minimal = [[{"role": "user", "content": "a"}, *given[0][1:]], []]
+    assert encode_batch(TensorBatch((2,), {"h": HistoryColumn(rows=minimal)})) == raw
 
 
 def test_non_buffer_input() -> None:
@@ -590,6 +820,81 @@ def nested(column: Column) -> TensorBatch:
 def test_encode_rejects_invalid_batches(batch: TensorBatch, message: str) -> None:
     with pytest.raises(CodecError, match=message):
         encode_batch(batch)
+
+
+def history(rows: Any) -> TensorBatch:
+    return TensorBatch((2,), {"next": {"h": HistoryColumn(rows=rows)}})
+
+
+OK_MESSAGE = {"role": "user", "content": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (
+            [[OK_MESSAGE]],
+            r'column "next/h": a history column must hold one message list per row \(2\), found 1',
+        ),
+        ("xy", 'column "next/h": rows must be a list of message lists, found str'),
+        ([[], OK_MESSAGE], 'column "next/h": row 1 must be a list of messages, found dict'),
+        ([[], [OK_MESSAGE, "m"]], 'column "next/h": row 1, message 1 must be a dict, found str'),
+        (
+            [[], [OK_MESSAGE, {"role": 7, "content": ""}]],
+            'column "next/h": row 1, message 1: role must be a str, found int',
+        ),
+        ([[{"role": "user"}], []], "row 0, message 0: content must be a str, found nothing"),
+        ([[{**OK_MESSAGE, "toolCalls": []}], []], "row 0, message 0: unknown key 'toolCalls'"),
+        ([[{**OK_MESSAGE, "name": 3}], []], "row 0, message 0: name must be a str or absent, found int"),
+        ([[{**OK_MESSAGE, "content": "\ud800"}], []], "row 0, message 0: content is not encodable as UTF-8"),
+        (
+            [[{**OK_MESSAGE, "tool_calls": "[]"}], []],
+            "row 0, message 0: tool_calls must be a list or absent, found str",
+        ),
+        (
+            [[{**OK_MESSAGE, "tool_calls": [float("nan")]}], []],
+            "row 0, message 0: tool_calls cannot be written as JSON",
+        ),
+        (
+            [[{**OK_MESSAGE, "tool_calls": [object()]}], []],
+            "row 0, message 0: tool_calls cannot be written as JSON",
+        ),
+        (
+            [[{**OK_MESSAGE, "tool_responses": "r"}], []],
+            "row 0, message 0: tool_responses must be a list of str or absent",
+        ),
+        (
+            [[{**OK_MESSAGE, "tool_responses": ["a", 1]}], []],
+            r"row 0, message 0: tool_responses\[1\] must be a str",
+        ),
+        (
+            [[{**OK_MESSAGE, "is_complete": 0}], []],
+            "row 0, message 0: is_complete must be a bool or absent, found int",
+        ),
+    ],
+)
+def test_encode_rejects_invalid_history(rows: Any, message: str) -> None:
+    with pytest.raises(CodecError, match=message):
+        encode_batch(history(rows))
+
+
+def test_encode_history_int32_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arrow_encode, "MAX_INT32", 4)
+    with pytest.raises(CodecError, match=r'column "next/h": 5 messages; int32 offsets allow at most 4'):
+        encode_batch(history([[OK_MESSAGE] * 3, [OK_MESSAGE] * 2]))
+    with pytest.raises(
+        CodecError, match="the content values take 5 bytes of UTF-8; int32 offsets allow at most 4"
+    ):
+        encode_batch(history([[{"role": "u", "content": "hello"}], []]))
+    with pytest.raises(CodecError, match="5 tool responses; int32 offsets allow at most 4"):
+        encode_batch(
+            history(
+                [
+                    [{**OK_MESSAGE, "tool_responses": ["", "", ""]}],
+                    [{**OK_MESSAGE, "tool_responses": ["", ""]}],
+                ]
+            )
+        )
 
 
 def test_encode_rebases_offsets() -> None:

@@ -21,7 +21,14 @@ import pytest
 import torch
 import zmq
 from posttrain_worker import PROTOCOL_VERSION
-from posttrain_worker.codec import Ragged, TensorBatch, decode_batch, encode_batch, tensor_to_bytes
+from posttrain_worker.codec import (
+    HistoryColumn,
+    Ragged,
+    TensorBatch,
+    decode_batch,
+    encode_batch,
+    tensor_to_bytes,
+)
 from posttrain_worker.server import MethodRegistry, ServerConfig, WorkerServer
 from worker_harness import READY_RE, Client, Worker, error, ok, start_worker, stop_worker
 
@@ -203,7 +210,9 @@ def test_row_sums(client: Client) -> None:
 
 def test_row_sums_multi_dim_batch(client: Client) -> None:
     x = torch.randn(2, 3, 4, 5)
-    batch = TensorBatch((2, 3), {"x": x, "s": ["a", "bb", "ccc", "", "é", "xyz"]})
+    message = {"role": "user", "content": "hi"}
+    h = HistoryColumn(rows=[[], [message], [message] * 3, [], [message] * 2, [message]])
+    batch = TensorBatch((2, 3), {"x": x, "s": ["a", "bb", "ccc", "", "é", "xyz"], "h": h})
     reply, frames = client.call("row_sums", payloads=[{"kind": "tensordict"}], frames=(encode_batch(batch),))
     ok(reply)
     sums = decode_batch(frames[0])
@@ -212,6 +221,7 @@ def test_row_sums_multi_dim_batch(client: Client) -> None:
     assert isinstance(got, torch.Tensor)
     assert torch.allclose(got, x.double().sum((2, 3)))
     assert torch.equal(sums.columns["s"], torch.tensor([[1, 2, 3], [0, 1, 3]]))  # type: ignore[arg-type]
+    assert torch.equal(sums.columns["h"], torch.tensor([[0, 1, 3], [0, 2, 1]]))  # type: ignore[arg-type]
 
 
 def test_heartbeats_answered_while_computing(client: Client) -> None:

@@ -1,5 +1,6 @@
 // Shared helpers of the tensordict test suites.
 import { expect } from "vitest";
+import { HistoryBatch } from "../../sdk/data/index.js";
 import { PosttrainError, RaggedTensor, Tensor, TensorDict, type NestedKey } from "../../sdk/tensordict/index.js";
 
 /** A plain, comparable picture of a TensorDict: batch size, and per key its kind, dtype, shape and values. */
@@ -10,7 +11,8 @@ export function snapshot(td: TensorDict): unknown {
     if (value instanceof Tensor) leaves[name] = { kind: "tensor", dtype: value.dtype, shape: value.shape, values: value.toArray() };
     else if (value instanceof RaggedTensor) {
       leaves[name] = { kind: "ragged", dtype: value.dtype, tailShape: value.tailShape, rows: value.toArray() };
-    } else if (value instanceof TensorDict) leaves[name] = { kind: "tensordict", batchSize: value.batchSize };
+    } else if (value instanceof HistoryBatch) leaves[name] = { kind: "history", rows: value.toJSON() };
+    else if (value instanceof TensorDict) leaves[name] = { kind: "tensordict", batchSize: value.batchSize };
     else leaves[name] = { kind: "strings", values: [...value] };
   }
   return { batchSize: td.batchSize, keys: td.keys({ nested: true }), leaves };

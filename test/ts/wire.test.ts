@@ -29,6 +29,7 @@ import {
   type AnyTypedArray,
   type DType,
   type WireBatch,
+  type WireChatMessage,
   type WireColumn,
   type WireColumns,
 } from "../../bridge/wire/index.js";
@@ -67,6 +68,7 @@ function arraysOf(columns: WireColumns): AnyTypedArray[] {
       case "ragged":
         return [c.values, c.offsets];
       case "strings":
+      case "history":
         return [];
       case "struct":
         return arraysOf(c.columns);
@@ -106,6 +108,12 @@ describe("golden files", () => {
         expect(table.schema.metadata.get("posttrain.version")).toBe("1");
         expect(table.schema.metadata.get("posttrain.batch_size")).toBe(JSON.stringify(c.batchSize));
         for (const field of table.schema.fields) {
+          if (field.metadata.has("posttrain.kind")) {
+            expect(field.metadata.get("posttrain.kind")).toBe("history");
+            expect(String(field.type)).toBe(
+              "List<Struct<{role:Utf8, content:Utf8, name:Utf8, tool_calls:Utf8, tool_responses:List<Utf8>, is_complete:Uint8}>>",
+            );
+          }
           if (String(field.type).startsWith("FixedSizeList")) {
             expect(field.metadata.get("ARROW:extension:name")).toBe("arrow.fixed_shape_tensor");
             expect(field.metadata.get("ARROW:extension:metadata")).toMatch(/^\{"shape":\[[0-9,]+\]\}$/);
@@ -206,6 +214,20 @@ function randomShape(rand: () => number, maxDims: number): number[] {
 
 const WORDS = ["", "a", "héllo", "日本", "😀", "tool_call", "\u0000", "\uFEFFx", "long ".repeat(20)];
 
+function randomMessage(rand: () => number): WireChatMessage {
+  const word = () => WORDS[Math.floor(rand() * WORDS.length)]!;
+  const m: { -readonly [K in keyof WireChatMessage]: WireChatMessage[K] } = {
+    role: ["system", "user", "assistant", "tool"][Math.floor(rand() * 4)]!,
+    content: word(),
+  };
+  // Optional values: absent, or given (explicit empty defaults included, which decode as absent).
+  if (rand() < 0.3) m.name = word();
+  if (rand() < 0.3) m.toolCalls = rand() < 0.2 ? "" : JSON.stringify([{ id: word(), arguments: { text: word(), n: 1 } }]);
+  if (rand() < 0.3) m.toolResponses = Array.from({ length: Math.floor(rand() * 3) }, word);
+  if (rand() < 0.3) m.isComplete = rand() < 0.5;
+  return m;
+}
+
 function randomColumns(rand: () => number, rows: number, depth: number): WireColumns {
   const count = 1 + Math.floor(rand() * 5);
   const columns: [string, WireColumn][] = [];
@@ -226,8 +248,11 @@ function randomColumns(rand: () => number, rows: number, depth: number): WireCol
       const extra = Math.floor(rand() * 2);
       const values = randomArray(rand, dtype, (offsets[rows]! + extra) * per);
       columns.push([name, { kind: "ragged", dtype, tailShape, values, offsets }]);
-    } else if (kind < 0.85 || depth >= 2) {
+    } else if (kind < 0.75) {
       columns.push([name, { kind: "strings", values: Array.from({ length: rows }, () => WORDS[Math.floor(rand() * WORDS.length)]!) }]);
+    } else if (kind < 0.85 || depth >= 2) {
+      const history = Array.from({ length: rows }, () => Array.from({ length: Math.floor(rand() * 4) }, () => randomMessage(rand)));
+      columns.push([name, { kind: "history", rows: history }]);
     } else {
       columns.push([name, { kind: "struct", columns: randomColumns(rand, rows, depth + 1) }]);
     }
@@ -302,6 +327,22 @@ describe("streams from another writer (apache-arrow's RecordBatchStreamWriter)",
     expect(columnsJson(decoded)).toEqual(columnsJson(decodeBatch(whole)));
   });
 
+  it("concatenates several record batches of history columns", () => {
+    const part = goldenCases().find((c) => c.name === "history")!.batch;
+    const whole = encodeBatch({ batchSize: [8], columns: concatForTest([part.columns, part.columns]) });
+    const schemaEnd = (b: Uint8Array) => 8 + new DataView(b.buffer, b.byteOffset).getInt32(4, true);
+    const piece = encodeBatch(part);
+    const spliced = Buffer.concat([
+      whole.subarray(0, schemaEnd(whole)),
+      piece.subarray(schemaEnd(piece), piece.byteLength - 8),
+      piece.subarray(schemaEnd(piece), piece.byteLength - 8),
+      whole.subarray(whole.byteLength - 8),
+    ]);
+    const decoded = decodeBatch(new Uint8Array(spliced));
+    expect(columnsJson(decoded)).toEqual(columnsJson(decodeBatch(whole)));
+    expect(Buffer.from(encodeBatch(decoded)).equals(Buffer.from(whole))).toBe(true);
+  });
+
   it("accepts a stream without record batches only for an empty batch", () => {
     const schemaOnly = (bytes: Uint8Array): Uint8Array => {
       const schemaEnd = 8 + new DataView(bytes.buffer, bytes.byteOffset).getInt32(4, true);
@@ -371,6 +412,8 @@ function concatForTest(parts: WireColumns[]): WireColumns {
       }
       case "strings":
         return [name, { kind: "strings", values: cols.flatMap((x) => (x as typeof c).values) }];
+      case "history":
+        return [name, { kind: "history", rows: cols.flatMap((x) => (x as typeof c).rows) }];
       case "struct":
         return [name, { kind: "struct", columns: concatForTest(cols.map((x) => (x as typeof c).columns)) }];
     }
@@ -391,7 +434,7 @@ function patch(bytes: Uint8Array, from: string, to: string): Uint8Array {
 
 describe("malformed input to decodeBatch", () => {
   it("throws WireFormatError for every truncation of a stream", () => {
-    for (const name of ["nested", "strings", "empty"]) {
+    for (const name of ["nested", "strings", "empty", "history"]) {
       const bytes = golden(name);
       for (let n = 0; n < bytes.byteLength; n++) {
         expectWireError(() => decodeBatch(bytes.slice(0, n)), /truncated|invalid|not an Arrow/);
@@ -419,7 +462,7 @@ describe("malformed input to decodeBatch", () => {
 
   it("throws only WireFormatError (or decodes) when bytes of a valid stream are corrupted", () => {
     const rand = rng(11);
-    for (const name of ["nested", "ragged", "strings", "dense_shaped"]) {
+    for (const name of ["nested", "ragged", "strings", "dense_shaped", "history"]) {
       const original = golden(name);
       for (let k = 0; k < 300; k++) {
         const bytes = original.slice();
@@ -460,6 +503,31 @@ describe("malformed input to decodeBatch", () => {
     expectWireError(() => decodeBatch(patch(ragged, "[-1,2]", "[-1,3]")), /column "pairs": "posttrain.shape" \[-1,3\] does not match the item list size 2/);
     const nested = golden("nested");
     expectWireError(() => decodeBatch(patch(nested, "float64", "float65")), /column "next\/obs\/x": unknown "posttrain.dtype"/);
+  });
+
+  it("rejects invalid history columns, naming the row, message and field", () => {
+    const rows: WireChatMessage[][] = [
+      [{ role: "user", content: "QQQ", isComplete: false }],
+      [{ role: "assistant", content: "", toolCalls: '["tc"]' }],
+    ];
+    const bytes = encodeBatch({ batchSize: [2], columns: [["h", { kind: "history", rows }]] });
+    expect(decodeBatch(bytes).columns[0]![1]).toEqual({ kind: "history", rows });
+    expectWireError(() => decodeBatch(patch(bytes, "history", "historX")), /column "h": unknown "posttrain.kind" "historX"/);
+    expectWireError(
+      () => decodeBatch(patch(bytes, "posttrain.kind", "posttrain.kinX")),
+      /column "h": a List of Struct column must carry "posttrain.kind" = "history"/,
+    );
+    expectWireError(
+      () => decodeBatch(patch(bytes, "tool_calls", "tool_callX")),
+      /column "h": a "posttrain.kind" = "history" column must be List<Struct<role: Utf8, content: Utf8, name: Utf8, tool_calls: Utf8, tool_responses: List<Utf8>, is_complete: Uint8>>, found List<Struct<.*tool_callX/,
+    );
+    expectWireError(() => decodeBatch(patch(bytes, "bool", "boox")), /column "h": the is_complete field must carry "posttrain.dtype" = "bool", found "boox"/);
+    expectWireError(() => decodeBatch(patch(bytes, '["tc"]', '["tc"}')), /column "h": row 1, message 0: tool_calls must be the JSON text of an array, found "\[\\"tc\\"}"/);
+    expectWireError(() => decodeBatch(patch(bytes, "QQQ", "\xffQQ")), /column "h": row 0, message 0: content is not valid UTF-8/);
+    // is_complete is the last body buffer: 2 bytes, padded to 8, just before the end-of-stream marker.
+    const flag = bytes.slice();
+    flag[flag.byteLength - 16] = 2;
+    expectWireError(() => decodeBatch(flag), /column "h": row 0, message 0: is_complete is 2, expected 0 or 1/);
   });
 
   it("rejects invalid offsets in the body", () => {
@@ -535,6 +603,48 @@ describe("invalid batches given to encodeBatch", () => {
     const col: WireColumn = { kind: "strings", values: ["a"] };
     expectWireError(() => encodeBatch({ batchSize: [1], columns: [["a", col], ["a", col]] }), /column "a": duplicate key/);
     expectWireError(() => encodeBatch({ batchSize: [1], columns: [["a", { kind: "sparse" } as unknown as WireColumn]] }), /column "a": unknown column kind "sparse"/);
+  });
+
+  it("checks history rows and messages, naming the row, message and field", () => {
+    const one = (rows: unknown, batchSize = [2]): WireBatch => ({
+      batchSize,
+      columns: [["next", { kind: "struct", columns: [["h", { kind: "history", rows } as WireColumn]] }]],
+    });
+    const ok = { role: "user", content: "hi" };
+    expectWireError(() => encodeBatch(one([[ok]])), /column "next\/h": rows must hold one message array per row \(2\), found 1/);
+    expectWireError(() => encodeBatch(one("x")), /column "next\/h": rows must be an array of message arrays, found string/);
+    expectWireError(() => encodeBatch(one([[ok], ok])), /column "next\/h": row 1 must be an array of messages, found object/);
+    expectWireError(() => encodeBatch(one([[], [ok, null]])), /column "next\/h": row 1, message 1 must be a message object, found null/);
+    expectWireError(() => encodeBatch(one([[], [ok, { role: 7, content: "" }]])), /column "next\/h": row 1, message 1: role must be a string, found number/);
+    expectWireError(() => encodeBatch(one([[{ role: "user" }], []])), /row 0, message 0: content must be a string, found undefined/);
+    expectWireError(() => encodeBatch(one([[{ ...ok, name: null }], []])), /row 0, message 0: name must be a string or absent, found null/);
+    expectWireError(() => encodeBatch(one([[{ ...ok, content: "\uDC00" }], []])), /row 0, message 0: content is not well-formed UTF-16/);
+    expectWireError(() => encodeBatch(one([[{ ...ok, toolCalls: [] }], []])), /row 0, message 0: toolCalls must be a string or absent, found array\(0\)/);
+    expectWireError(() => encodeBatch(one([[{ ...ok, toolCalls: '{"a":1}' }], []])), /row 0, message 0: toolCalls must be the JSON text of an array, found "\{\\"a\\":1\}"/);
+    expectWireError(() => encodeBatch(one([[{ ...ok, toolCalls: "[1," }], []])), /toolCalls must be the JSON text of an array/);
+    expectWireError(() => encodeBatch(one([[{ ...ok, toolResponses: "r" }], []])), /row 0, message 0: toolResponses must be an array of strings or absent, found string/);
+    expectWireError(() => encodeBatch(one([[{ ...ok, toolResponses: ["a", 1] }], []])), /row 0, message 0: toolResponses\[1\] must be a string, found number/);
+    expectWireError(() => encodeBatch(one([[{ ...ok, isComplete: 0 }], []])), /row 0, message 0: isComplete must be a boolean or absent, found number/);
+  });
+
+  it("normalizes absent history values: empty name, tool calls and responses, and complete travel as absent", () => {
+    const given = [
+      [
+        { role: "user", content: "a", name: "", toolCalls: "", toolResponses: [], isComplete: true },
+        { role: "tool", content: "", toolCalls: "[]", toolResponses: [""], isComplete: false },
+      ],
+    ];
+    const bytes = encodeBatch({ batchSize: [1], columns: [["h", { kind: "history", rows: given }]] });
+    const minimal = encodeBatch({ batchSize: [1], columns: [["h", { kind: "history", rows: [[{ role: "user", content: "a" }, given[0]![1]!]] }]] });
+    expect(Buffer.from(bytes).equals(Buffer.from(minimal))).toBe(true);
+    expect(decodeBatch(bytes).columns[0]![1]).toEqual({
+      kind: "history",
+      rows: [[{ role: "user", content: "a" }, { role: "tool", content: "", toolCalls: "[]", toolResponses: [""], isComplete: false }]],
+    });
+    // Decoded messages have no own property for absent values (not even `undefined`).
+    const history = decodeBatch(bytes).columns[0]![1];
+    if (history.kind !== "history") throw new Error("unexpected");
+    expect(Object.keys(history.rows[0]![0]!)).toEqual(["role", "content"]);
   });
 
   it("rebases offsets that do not start at 0", () => {

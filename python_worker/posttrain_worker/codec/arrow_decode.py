@@ -15,7 +15,7 @@ import json
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import pyarrow as pa
 import torch
@@ -29,16 +29,19 @@ from posttrain_worker.codec.flatbuf import (
 )
 from posttrain_worker.codec.format import (
     FIXED_SHAPE_TENSOR,
+    HISTORY_FIELDS,
+    HISTORY_KIND,
     MAX_INT32,
     META_BATCH_SIZE,
     META_DTYPE,
     META_EXTENSION_METADATA,
     META_EXTENSION_NAME,
+    META_KIND,
     META_SHAPE,
     META_VERSION,
     WIRE_FORMAT_VERSION,
 )
-from posttrain_worker.codec.types import DTYPE_TO_TORCH, Column, Ragged, TensorBatch
+from posttrain_worker.codec.types import DTYPE_TO_TORCH, Column, HistoryColumn, Ragged, TensorBatch
 
 _CONTINUATION: Final = 0xFFFFFFFF
 
@@ -56,6 +59,11 @@ _PA_STORAGE: Final[dict[str, pa.DataType]] = {
 }
 
 Path = tuple[str, ...]
+
+_HISTORY_LAYOUT: Final = (
+    "list<struct<role: string, content: string, name: string, tool_calls: string, "
+    "tool_responses: list<string>, is_complete: uint8>>"
+)
 
 
 def _bad(path: Sequence[str], message: str) -> CodecError:
@@ -266,6 +274,75 @@ def _ragged_tail(meta: dict[str, str], list_size: int | None, path: Path) -> lis
     return tail
 
 
+def _is_history_child(child: pa.Field, k: int) -> bool:
+    if child.name != HISTORY_FIELDS[k]:
+        return False
+    if k < 4:
+        return child.type == pa.string()
+    if k == 4:
+        return pa.types.is_list(child.type) and child.type.value_type == pa.string()
+    return child.type == pa.uint8()
+
+
+def _check_history_type(field: pa.Field, kind: str, path: Path) -> None:
+    """The Arrow type of a column that carries ``posttrain.kind`` (only ``history`` exists)."""
+    if kind != HISTORY_KIND:
+        raise _bad(path, f'unknown "{META_KIND}" {kind!r}')
+    t = field.type
+    item = t.value_type if pa.types.is_list(t) else None
+    children = [item.field(i) for i in range(item.num_fields)] if pa.types.is_struct(item) else []
+    if len(children) != len(HISTORY_FIELDS) or not all(
+        _is_history_child(c, k) for k, c in enumerate(children)
+    ):
+        raise _bad(path, f'a "{META_KIND}" = "{HISTORY_KIND}" column must be {_HISTORY_LAYOUT}, found {t}')
+    dtype = _meta(children[5]).get(META_DTYPE)
+    if dtype != "bool":
+        raise _bad(path, f'the is_complete field must carry "{META_DTYPE}" = "bool", found {dtype!r}')
+
+
+def _tool_calls(text: str, path: Path, at: str) -> list[Any]:
+    """The parsed tool calls; JSON as JavaScript's ``JSON.parse`` reads it (no NaN or Infinity)."""
+
+    def reject(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    try:
+        value = json.loads(text, parse_constant=reject)
+    except ValueError:
+        value = None
+    if not isinstance(value, list):
+        shown = text if len(text) <= 40 else f"{text[:40]}…"
+        raise _bad(path, f"{at}: tool_calls must be the JSON text of an array, found {shown!r}")
+    return value
+
+
+def _history(arr: pa.Array, path: Path) -> HistoryColumn:
+    """A history column (type checked): absent optional values are left out of each message dict."""
+    rows: list[list[dict[str, Any]]] = []
+    for i, row in enumerate(arr.to_pylist()):
+        if row is None:
+            raise _bad(path, f"row {i} is null; the posttrain format has no nulls")
+        messages: list[dict[str, Any]] = []
+        for j, m in enumerate(row):
+            at = f"row {i}, message {j}"
+            if m is None or any(m[k] is None for k in HISTORY_FIELDS) or None in m["tool_responses"]:
+                raise _bad(path, f"{at} has nulls; the posttrain format has no nulls")
+            message: dict[str, Any] = {"role": m["role"], "content": m["content"]}
+            if m["name"]:
+                message["name"] = m["name"]
+            if m["tool_calls"]:
+                message["tool_calls"] = _tool_calls(m["tool_calls"], path, at)
+            if m["tool_responses"]:
+                message["tool_responses"] = list(m["tool_responses"])
+            if m["is_complete"] == 0:
+                message["is_complete"] = False
+            elif m["is_complete"] != 1:
+                raise _bad(path, f"{at}: is_complete is {m['is_complete']}, expected 0 or 1")
+            messages.append(message)
+        rows.append(messages)
+    return HistoryColumn(rows=rows)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Arrays to tensors
 
@@ -312,6 +389,10 @@ def _column(field: pa.Field, arr: pa.Array, path: Path) -> Column:
     t = field.type
     if arr.null_count:
         raise _bad(path, f"{arr.null_count} nulls; the posttrain format has no nulls")
+    kind = _meta(field).get(META_KIND)
+    if kind is not None:
+        _check_history_type(field, kind, path)
+        return _history(arr, path)
     if pa.types.is_struct(t):
         children = arr.flatten()
         out: dict[str, Column] = {}
@@ -341,6 +422,8 @@ def _column(field: pa.Field, arr: pa.Array, path: Path) -> Column:
         _check_storage(t, dtype, path)
         return _primitive(arr, dtype, path)
     if pa.types.is_list(t):
+        if pa.types.is_struct(t.value_type):
+            raise _bad(path, f'a list of struct column must carry "{META_KIND}" = "{HISTORY_KIND}"')
         dtype = _dtype(meta, path)
         child = arr.values
         if child.null_count:
@@ -384,6 +467,8 @@ def _concat(parts: Sequence[Column], path: Path) -> Column:
         if base > MAX_INT32:
             raise _bad(path, "the concatenated ragged column exceeds int32 offsets")
         return Ragged(values=torch.cat(values), offsets=torch.cat(offsets).to(torch.int32))
+    if isinstance(first, HistoryColumn):
+        return HistoryColumn(rows=[r for p in parts if isinstance(p, HistoryColumn) for r in p.rows])
     if isinstance(first, dict):
         dicts = [p for p in parts if isinstance(p, dict)]
         return {name: _concat([d[name] for d in dicts], (*path, name)) for name in first}

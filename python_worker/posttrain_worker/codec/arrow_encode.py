@@ -19,18 +19,22 @@ from posttrain_worker.codec.errors import CodecError
 from posttrain_worker.codec.flatbuf import ArrowType, FieldPlan, record_batch_message, schema_message
 from posttrain_worker.codec.format import (
     FIXED_SHAPE_TENSOR,
+    HISTORY_FIELDS,
+    HISTORY_KIND,
     MAX_INT32,
     META_BATCH_SIZE,
     META_DTYPE,
     META_EXTENSION_METADATA,
     META_EXTENSION_NAME,
+    META_KIND,
     META_SHAPE,
     META_VERSION,
     STORAGE,
     WIRE_FORMAT_VERSION,
     compact_json,
+    tool_calls_json,
 )
-from posttrain_worker.codec.types import TORCH_TO_DTYPE, Column, Ragged, TensorBatch
+from posttrain_worker.codec.types import TORCH_TO_DTYPE, Column, HistoryColumn, Ragged, TensorBatch
 
 _CONTINUATION: Final = b"\xff\xff\xff\xff"
 _UTF8: Final = ArrowType("utf8")
@@ -196,21 +200,127 @@ def _strings(name: str, values: Sequence[object], rows: int, path: Sequence[str]
             encoded.append(s.encode("utf-8"))
         except UnicodeEncodeError as exc:
             raise _fail(path, f"row {i} is not encodable as UTF-8 ({exc.reason})") from exc
+    _utf8(encoded, path, "the strings", body)
+    return FieldPlan(name, _UTF8)
+
+
+def _utf8(encoded: Sequence[bytes], path: Sequence[str], what: str, body: _Body) -> None:
+    """Node, validity, offsets and data of one Utf8 array of already encoded strings."""
+    count = len(encoded)
     lengths = torch.tensor([len(e) for e in encoded], dtype=torch.int64)
-    offsets = torch.zeros(rows + 1, dtype=torch.int64)
+    offsets = torch.zeros(count + 1, dtype=torch.int64)
     torch.cumsum(lengths, 0, out=offsets[1:])
     nbytes = int(offsets[-1])
     if nbytes > MAX_INT32:
-        raise _fail(
-            path, f"the strings take {nbytes} bytes of UTF-8; int32 offsets allow at most {MAX_INT32}"
-        )
-    body.node(rows)
+        raise _fail(path, f"{what} take {nbytes} bytes of UTF-8; int32 offsets allow at most {MAX_INT32}")
+    body.node(count)
     body.validity()
     body.tensor(offsets.to(torch.int32))
     at = body.buffer(nbytes)
     if nbytes > 0:
         body.blobs.append((at, b"".join(encoded)))
-    return FieldPlan(name, _UTF8)
+
+
+def _int32_offsets(counts: Sequence[int]) -> torch.Tensor:
+    offsets = torch.zeros(len(counts) + 1, dtype=torch.int64)
+    torch.cumsum(torch.tensor(counts, dtype=torch.int64), 0, out=offsets[1:])
+    return offsets.to(torch.int32)
+
+
+def _message_text(value: object, optional: bool, path: Sequence[str], at: str, key: str) -> bytes:
+    """A str of a chat message as UTF-8; ``b""`` for an absent (missing or None) optional one."""
+    if value is None and optional:
+        return b""
+    if not isinstance(value, str):
+        found = "nothing" if value is None else type(value).__name__
+        raise _fail(path, f"{at}: {key} must be a str{' or absent' if optional else ''}, found {found}")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _fail(path, f"{at}: {key} is not encodable as UTF-8 ({exc.reason})") from exc
+
+
+def _history(name: str, column: HistoryColumn, rows: int, path: Sequence[str], body: _Body) -> FieldPlan:
+    history = column.rows
+    if not isinstance(history, (list, tuple)):
+        raise _fail(path, f"rows must be a list of message lists, found {type(history).__name__}")
+    if len(history) != rows:
+        raise _fail(
+            path, f"a history column must hold one message list per row ({rows}), found {len(history)}"
+        )
+    texts: tuple[list[bytes], ...] = ([], [], [], [])  # role, content, name, tool_calls
+    row_counts: list[int] = []
+    responses: list[bytes] = []
+    response_counts: list[int] = []
+    complete: list[int] = []
+    for i, row in enumerate(history):
+        if not isinstance(row, (list, tuple)):
+            raise _fail(path, f"row {i} must be a list of messages, found {type(row).__name__}")
+        row_counts.append(len(row))
+        for j, message in enumerate(row):
+            at = f"row {i}, message {j}"
+            if not isinstance(message, Mapping):
+                raise _fail(path, f"{at} must be a dict, found {type(message).__name__}")
+            unknown = [k for k in message if k not in HISTORY_FIELDS]
+            if unknown:
+                raise _fail(path, f"{at}: unknown key {unknown[0]!r} (known: {', '.join(HISTORY_FIELDS)})")
+            texts[0].append(_message_text(message.get("role"), False, path, at, "role"))
+            texts[1].append(_message_text(message.get("content"), False, path, at, "content"))
+            texts[2].append(_message_text(message.get("name"), True, path, at, "name"))
+            calls = message.get("tool_calls")
+            if calls is not None and not isinstance(calls, (list, tuple)):
+                raise _fail(path, f"{at}: tool_calls must be a list or absent, found {type(calls).__name__}")
+            try:
+                calls_text = None if calls is None else tool_calls_json(calls)
+            except (TypeError, ValueError) as exc:
+                raise _fail(path, f"{at}: tool_calls cannot be written as JSON ({exc})") from exc
+            texts[3].append(_message_text(calls_text, True, path, at, "tool_calls"))
+            answers = message.get("tool_responses")
+            if answers is None:
+                answers = ()
+            if not isinstance(answers, (list, tuple)):
+                found = type(answers).__name__
+                raise _fail(path, f"{at}: tool_responses must be a list of str or absent, found {found}")
+            for k, answer in enumerate(answers):
+                responses.append(_message_text(answer, False, path, at, f"tool_responses[{k}]"))
+            response_counts.append(len(answers))
+            done = message.get("is_complete")
+            if done is not None and not isinstance(done, bool):
+                raise _fail(path, f"{at}: is_complete must be a bool or absent, found {type(done).__name__}")
+            complete.append(0 if done is False else 1)
+    messages = len(complete)
+    if messages > MAX_INT32:
+        raise _fail(path, f"{messages} messages; int32 offsets allow at most {MAX_INT32}")
+    if len(responses) > MAX_INT32:
+        raise _fail(path, f"{len(responses)} tool responses; int32 offsets allow at most {MAX_INT32}")
+    # Schema pre-order: the list, its message struct, the struct's six children (tool_responses: 2 nodes).
+    body.node(rows)
+    body.validity()
+    body.tensor(_int32_offsets(row_counts))
+    body.node(messages)
+    body.validity()
+    for key, encoded in zip(HISTORY_FIELDS[:4], texts, strict=True):
+        _utf8(encoded, path, f"the {key} values", body)
+    body.node(messages)
+    body.validity()
+    body.tensor(_int32_offsets(response_counts))
+    _utf8(responses, path, "the tool responses", body)
+    body.node(messages)
+    body.validity()
+    body.tensor(torch.tensor(complete, dtype=torch.uint8))
+    message_struct = FieldPlan(
+        "item",
+        _STRUCT,
+        (
+            FieldPlan("role", _UTF8),
+            FieldPlan("content", _UTF8),
+            FieldPlan("name", _UTF8),
+            FieldPlan("tool_calls", _UTF8),
+            FieldPlan("tool_responses", _LIST, (FieldPlan("item", _UTF8),)),
+            FieldPlan("is_complete", STORAGE["bool"], (), ((META_DTYPE, "bool"),)),
+        ),
+    )
+    return FieldPlan(name, _LIST, (message_struct,), ((META_KIND, HISTORY_KIND),))
 
 
 def _columns(
@@ -230,6 +340,8 @@ def _columns(
             fields.append(_dense(name, column, batch_size, here, body))
         elif isinstance(column, Ragged):
             fields.append(_ragged(name, column, rows, here, body))
+        elif isinstance(column, HistoryColumn):
+            fields.append(_history(name, column, rows, here, body))
         elif isinstance(column, Mapping):
             body.node(rows)
             body.validity()

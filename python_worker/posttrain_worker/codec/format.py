@@ -14,9 +14,14 @@ META_VERSION: Final = "posttrain.version"
 META_BATCH_SIZE: Final = "posttrain.batch_size"
 META_DTYPE: Final = "posttrain.dtype"
 META_SHAPE: Final = "posttrain.shape"
+META_KIND: Final = "posttrain.kind"
 META_EXTENSION_NAME: Final = "ARROW:extension:name"
 META_EXTENSION_METADATA: Final = "ARROW:extension:metadata"
 FIXED_SHAPE_TENSOR: Final = "arrow.fixed_shape_tensor"
+HISTORY_KIND: Final = "history"
+"""Value of ``posttrain.kind`` on a conversation (history) column."""
+HISTORY_FIELDS: Final = ("role", "content", "name", "tool_calls", "tool_responses", "is_complete")
+"""The children of a history column's message struct, in wire order."""
 
 MAX_INT32: Final = 2**31 - 1
 """Largest int32 list offset: the cap on a ragged leaf's total length along its ragged dimension."""
@@ -39,3 +44,8 @@ STORAGE: Final[dict[str, ArrowType]] = {
 def compact_json(value: object) -> str:
     """JSON as the TypeScript side writes it (``JSON.stringify``): no spaces."""
     return json.dumps(value, separators=(",", ":"))
+
+
+def tool_calls_json(value: object) -> str:
+    """The wire text of a message's tool calls; the TypeScript side carries this text as it is."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

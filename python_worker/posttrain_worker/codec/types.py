@@ -2,13 +2,15 @@
 
 A ``TensorBatch`` mirrors the TypeScript ``WireBatch``: ordered columns that share ``batch_size``.
 Dense leaves are ``torch.Tensor`` of shape ``[*batch_size, *row_shape]``; ragged leaves are ``Ragged``;
-string leaves are ``list[str]`` with one entry per row; nested TensorDicts are ``dict[str, Column]``.
+string leaves are ``list[str]`` with one entry per row; conversation leaves are ``HistoryColumn``; nested
+TensorDicts are ``dict[str, Column]``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -35,7 +37,22 @@ class Ragged:
         return torch.nested.nested_tensor_from_jagged(self.values, self.offsets.to(torch.int64))
 
 
-Column = torch.Tensor | Ragged | list[str] | dict[str, "Column"]
+@dataclass(frozen=True)
+class HistoryColumn:
+    """A conversation leaf (TorchRL's ``History``): one list of chat messages per row, rows flattened over the
+    batch dimensions (row-major), like string leaves.
+
+    Each message is a dict with ``role`` and ``content`` (str) and, only when present, ``name`` (str),
+    ``tool_calls`` (the parsed JSON list), ``tool_responses`` (list[str]) and ``is_complete`` (``False`` only:
+    absent means complete). ``decode_batch`` gives exactly these keys. ``encode_batch`` also accepts ``None``
+    for an optional key, and ``name=""``, ``tool_responses=[]``, ``is_complete=True``: these travel as the
+    absent values and decode as absent (docs/protocol.md, "History leaves").
+    """
+
+    rows: list[list[dict[str, Any]]]
+
+
+Column = torch.Tensor | Ragged | HistoryColumn | list[str] | dict[str, "Column"]
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Worker methods, registered into a :class:`~posttrain_worker.server.registry.MethodRegistry`."""
 
 from posttrain_worker.methods.basic import register_basic_methods
+from posttrain_worker.methods.chat import register_chat_methods
 from posttrain_worker.methods.generation import register_generation_methods
 from posttrain_worker.methods.models import register_model_methods
 from posttrain_worker.models.store import ModelStore
@@ -14,12 +15,14 @@ def default_registry() -> MethodRegistry:
     store = ModelStore()
     register_model_methods(registry, store)
     register_generation_methods(registry, store)
+    register_chat_methods(registry, store)
     return registry
 
 
 __all__ = [
     "default_registry",
     "register_basic_methods",
+    "register_chat_methods",
     "register_generation_methods",
     "register_model_methods",
 ]

@@ -20,7 +20,7 @@ import zmq
 
 import posttrain_worker
 from posttrain_worker import PROTOCOL_VERSION
-from posttrain_worker.codec.types import Column, Ragged, TensorBatch
+from posttrain_worker.codec.types import Column, HistoryColumn, Ragged, TensorBatch
 from posttrain_worker.protocol.args import ArgReader
 from posttrain_worker.protocol.errors import UNSUPPORTED_VERSION, WorkerFailure
 from posttrain_worker.server.registry import CallContext, MethodOutcome, MethodRegistry
@@ -156,6 +156,8 @@ def _row_sums_column(column: Column, batch_size: tuple[int, ...], device: torch.
         return sums.reshape(batch_size).cpu()
     if isinstance(column, dict):
         return {key: _row_sums_column(child, batch_size, device) for key, child in column.items()}
+    if isinstance(column, HistoryColumn):  # conversations: the number of messages
+        return torch.tensor([len(row) for row in column.rows], dtype=torch.int64).reshape(batch_size)
     # strings: length in Unicode code points
     return torch.tensor([len(s) for s in column], dtype=torch.int64).reshape(batch_size)
 

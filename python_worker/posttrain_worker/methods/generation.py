@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from posttrain_worker.codec.types import Column, Ragged, TensorBatch
+from posttrain_worker.methods.payload_keys import key_name, lookup, missing_key, ragged, single_batch
 from posttrain_worker.models.generation import generate as run_generation
 from posttrain_worker.models.generation import pad_token_id
 from posttrain_worker.models.sampling import SamplingParams, make_generators
@@ -98,45 +99,6 @@ def parse_score(method: str, args: dict[str, Any]) -> ScoreArgs:
 # ---- payload reading -----------------------------------------------------------------------------------
 
 
-def _key_name(key: Sequence[str]) -> str:
-    return "(" + ", ".join(f'"{k}"' for k in key) + ")"
-
-
-def _leaf_keys(columns: dict[str, Column], prefix: tuple[str, ...] = ()) -> list[str]:
-    keys: list[str] = []
-    for name, column in columns.items():
-        if isinstance(column, dict):
-            keys.extend(_leaf_keys(column, (*prefix, name)))
-        else:
-            keys.append(_key_name((*prefix, name)))
-    return keys
-
-
-def _lookup(batch: TensorBatch, key: tuple[str, ...]) -> Column | None:
-    node: Any = batch.columns
-    for part in key:
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return None if isinstance(node, dict) else node
-
-
-def _missing(method: str, batch: TensorBatch, expected: Sequence[tuple[str, ...]]) -> WorkerFailure:
-    wanted = " or ".join(_key_name(k) for k in expected)
-    present = _leaf_keys(batch.columns)
-    return WorkerFailure(
-        BAD_PAYLOAD,
-        f"{method}: the tensordict has no {wanted} key; present keys: {', '.join(present) or 'none'}",
-        {"expected": [list(k) for k in expected], "present": present},
-    )
-
-
-def _single_batch(ctx: CallContext) -> TensorBatch:
-    (batch,) = ctx.payloads
-    assert isinstance(batch, TensorBatch)
-    return batch
-
-
 def _token_rows(method: str, key: tuple[str, ...], column: Column, batch: TensorBatch) -> list[torch.Tensor]:
     """The rows of an integer ragged (or dense ``[*batch, L]``) column as int64 CPU tensors."""
     rows = batch.rows
@@ -145,18 +107,18 @@ def _token_rows(method: str, key: tuple[str, ...], column: Column, batch: Tensor
         if values.dim() != 1:
             raise WorkerFailure(
                 BAD_PAYLOAD,
-                f"{method}: {_key_name(key)} must hold one token id per item, got rows of shape "
+                f"{method}: {key_name(key)} must hold one token id per item, got rows of shape "
                 f"[-1, {', '.join(str(d) for d in values.shape[1:])}]",
             )
     elif isinstance(column, torch.Tensor) and column.dim() == len(batch.batch_size) + 1:
         values = column
     else:
         raise WorkerFailure(
-            BAD_PAYLOAD, f"{method}: {_key_name(key)} must be a ragged (or [batch, length]) integer tensor"
+            BAD_PAYLOAD, f"{method}: {key_name(key)} must be a ragged (or [batch, length]) integer tensor"
         )
     if not _is_integer(values.dtype):
         raise WorkerFailure(
-            BAD_PAYLOAD, f"{method}: {_key_name(key)} must hold integer token ids, got {values.dtype}"
+            BAD_PAYLOAD, f"{method}: {key_name(key)} must hold integer token ids, got {values.dtype}"
         )
     if isinstance(column, Ragged):
         bounds = column.offsets.to(torch.int64).tolist()
@@ -192,14 +154,6 @@ def _max_positions(loaded: LoadedModel) -> int | None:
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
-def _ragged(rows: Sequence[torch.Tensor], dtype: torch.dtype) -> Ragged:
-    lengths = torch.tensor([int(r.numel()) for r in rows], dtype=torch.int64)
-    offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
-    offsets[1:] = lengths.cumsum(0)
-    values = torch.cat([r.to(dtype) for r in rows]) if rows else torch.zeros(0, dtype=dtype)
-    return Ragged(values=values, offsets=offsets)
-
-
 def _decode(tokenizer: Any, ids: torch.Tensor) -> str:
     return str(tokenizer.decode(ids.tolist(), skip_special_tokens=False))
 
@@ -213,8 +167,8 @@ def _prompts(
     ctx: CallContext, args: GenerateArgs, loaded: LoadedModel, batch: TensorBatch
 ) -> tuple[list[torch.Tensor], list[str | None]]:
     """The prompt token rows, and for text input the prompt strings (``None`` where tokens came in)."""
-    tokens = _lookup(batch, PROMPT_KEYS[0])
-    texts = _lookup(batch, PROMPT_KEYS[1])
+    tokens = lookup(batch, PROMPT_KEYS[0])
+    texts = lookup(batch, PROMPT_KEYS[1])
     if tokens is not None:
         rows = _token_rows(ctx.method, PROMPT_KEYS[0], tokens, batch)
         strings: list[str | None] = [None] * len(rows)
@@ -225,7 +179,7 @@ def _prompts(
         rows = [torch.tensor(ids, dtype=torch.int64) for ids in encoded]
         strings = list(texts)
     else:
-        raise _missing(ctx.method, batch, PROMPT_KEYS)
+        raise missing_key(ctx.method, batch, PROMPT_KEYS)
     for index, row in enumerate(rows):
         if row.numel() == 0:
             raise WorkerFailure(
@@ -261,7 +215,7 @@ def _prompts(
 
 def generate(store: ModelStore, ctx: CallContext, args: GenerateArgs) -> MethodOutcome:
     loaded = store.get(args.model)
-    batch = _single_batch(ctx)
+    batch = single_batch(ctx)
     prompts, prompt_texts = _prompts(ctx, args, loaded, batch)
     tokenizer = loaded.tokenizer
     seed = args.seed if args.seed is not None else secrets.randbits(53)
@@ -309,9 +263,9 @@ def generate(store: ModelStore, ctx: CallContext, args: GenerateArgs) -> MethodO
     batch_size = (*batch.batch_size, k) if k > 1 else batch.batch_size
     columns: dict[str, Column] = {
         "tokens": {
-            "prompt": _ragged(expanded, torch.int64),
-            "response": _ragged([r.tokens for r in rows], torch.int64),
-            "full": _ragged(full_tokens, torch.int64),
+            "prompt": ragged(expanded, torch.int64),
+            "response": ragged([r.tokens for r in rows], torch.int64),
+            "full": ragged(full_tokens, torch.int64),
         },
         "text": {
             "prompt": [prompt_strings[i // k] for i in range(len(expanded))],
@@ -319,14 +273,14 @@ def generate(store: ModelStore, ctx: CallContext, args: GenerateArgs) -> MethodO
             "full": full_text,
         },
         "log_probs": {
-            "response": _ragged([r.log_probs for r in rows], torch.float32),
-            "full": _ragged(full_logps, torch.float32),
+            "response": ragged([r.log_probs for r in rows], torch.float32),
+            "full": ragged(full_logps, torch.float32),
         },
         "masks": {
-            "all_attention_mask": _ragged(
+            "all_attention_mask": ragged(
                 [torch.ones(t.numel(), dtype=torch.bool) for t in full_tokens], torch.bool
             ),
-            "all_assistant_mask": _ragged(assistant, torch.bool),
+            "all_assistant_mask": ragged(assistant, torch.bool),
         },
         "finish_reason": [r.finish_reason for r in rows],
     }
@@ -341,10 +295,10 @@ FULL_KEY = ("tokens", "full")
 
 def score(store: ModelStore, ctx: CallContext, args: ScoreArgs) -> MethodOutcome:
     loaded = store.get(args.model)
-    batch = _single_batch(ctx)
-    column = _lookup(batch, FULL_KEY)
+    batch = single_batch(ctx)
+    column = lookup(batch, FULL_KEY)
     if column is None:
-        raise _missing(ctx.method, batch, (FULL_KEY,))
+        raise missing_key(ctx.method, batch, (FULL_KEY,))
     sequences = _token_rows(ctx.method, FULL_KEY, column, batch)
     _check_ids(ctx.method, sequences, _vocab_size(loaded))
     max_positions = _max_positions(loaded)
@@ -365,7 +319,7 @@ def score(store: ModelStore, ctx: CallContext, args: ScoreArgs) -> MethodOutcome
         device=loaded.device,
         check_cancelled=ctx.check_cancelled,
     )
-    columns: dict[str, Column] = {"log_probs": {"full": _ragged(log_probs, torch.float32)}}
+    columns: dict[str, Column] = {"log_probs": {"full": ragged(log_probs, torch.float32)}}
     return MethodOutcome({}, [TensorBatch(batch.batch_size, columns)])
 
 

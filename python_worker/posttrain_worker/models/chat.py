@@ -1,0 +1,90 @@
+"""Chat templates applied by the model's own Hugging Face tokenizer (the source of truth for rendering).
+
+A conversation is a list of message dicts as the codec decodes them (``role``, ``content`` and, when present,
+``name``, ``tool_calls``, ``tool_responses``, ``is_complete``). Tool calls are handed to the template in the
+OpenAI shape HF templates expect (``{"type": "function", "function": {"name", "arguments"}}``);
+``tool_responses`` are not part of HF's message format and are left out (tool results are ``tool`` messages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class RenderedChat:
+    text: str
+    tokens: torch.Tensor
+    """int64 token ids of ``text``."""
+    assistant_mask: torch.Tensor
+    """bool, one per token: true on tokens inside the template's ``{% generation %}`` blocks."""
+
+
+def to_hf_message(message: dict[str, Any]) -> dict[str, Any]:
+    """One message in the shape HF chat templates read."""
+    out: dict[str, Any] = {"role": message["role"], "content": message["content"]}
+    if "name" in message:
+        out["name"] = message["name"]
+    calls = message.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [
+            {
+                "type": "function",
+                "function": {"name": call.get("name"), "arguments": call.get("arguments", {})},
+                **({"id": call["id"]} if "id" in call else {}),
+            }
+            for call in calls
+        ]
+    return out
+
+
+def render_chat(
+    tokenizer: Any, conversation: list[dict[str, Any]], *, add_generation_prompt: bool, continue_final: bool
+) -> RenderedChat:
+    """Render one conversation with the tokenizer's chat template; an incomplete last message continues."""
+    messages = [to_hf_message(m) for m in conversation]
+    continue_final = continue_final or (bool(conversation) and conversation[-1].get("is_complete") is False)
+    options = {
+        "add_generation_prompt": add_generation_prompt and not continue_final,
+        "continue_final_message": continue_final,
+    }
+    text = tokenizer.apply_chat_template(messages, tokenize=False, **options)
+    if not continue_final:
+        ids, mask = _with_masks(tokenizer, messages, options["add_generation_prompt"])
+    else:
+        # HF refuses assistant masks together with continue_final_message: take them from the closed
+        # conversation, whose tokens start with the continued text's tokens.
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        closed_ids, closed_mask = _with_masks(tokenizer, messages, False)
+        mask = (
+            closed_mask[: len(ids)]
+            if closed_ids[: len(ids)] == ids
+            else _tail_mask(tokenizer, text, messages, ids)
+        )
+    return RenderedChat(text, torch.tensor(ids, dtype=torch.int64), torch.tensor(mask, dtype=torch.bool))
+
+
+def _with_masks(
+    tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool
+) -> tuple[list[int], list[int]]:
+    encoded = tokenizer.apply_chat_template(
+        messages,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+        add_generation_prompt=add_generation_prompt,
+    )
+    ids = list(encoded["input_ids"])
+    return ids, list(encoded.get("assistant_masks") or [0] * len(ids))
+
+
+def _tail_mask(tokenizer: Any, text: str, messages: list[dict[str, Any]], ids: list[int]) -> list[int]:
+    """Fallback when tokenization differs at the cut: mark the tokens of the continued last message."""
+    content = str(messages[-1].get("content") or "").strip()
+    start = text.rfind(content) if content else len(text)
+    head = len(tokenizer(text[:start], add_special_tokens=False)["input_ids"])
+    last_is_assistant = messages[-1].get("role") == "assistant"
+    return [0] * head + [1 if last_is_assistant else 0] * (len(ids) - head)
