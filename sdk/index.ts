@@ -7,6 +7,7 @@ export * from "./tensordict/index.js";
 export * from "./data/index.js";
 export * from "./workers/index.js";
 export * from "./models/index.js";
+export * from "./modules/index.js";
 export {
   ConnectionClosedError,
   InvalidArgumentError,

@@ -4,7 +4,8 @@ worker").
 Payload keys follow TorchRL's LLM wrappers. Generation reads ``("tokens", "prompt")`` or
 ``("text", "prompt")`` and writes ``tokens`` and ``text`` (``prompt``, ``response``, ``full``),
 ``log_probs`` (``response``, ``full``), ``masks`` (``all_attention_mask``, ``all_assistant_mask``) and
-``finish_reason``. Scoring reads ``("tokens", "full")`` and writes ``("log_probs", "full")``.
+``finish_reason``. Scoring reads ``("tokens", "full")`` (or ``("text", "full")``, tokenized here and echoed as
+``("tokens", "full")``) and writes ``("log_probs", "full")``.
 """
 
 from __future__ import annotations
@@ -158,6 +159,24 @@ def _decode(tokenizer: Any, ids: torch.Tensor) -> str:
     return str(tokenizer.decode(ids.tolist(), skip_special_tokens=False))
 
 
+def _tokens_or_text(
+    method: str, loaded: LoadedModel, batch: TensorBatch, keys: tuple[tuple[str, ...], tuple[str, ...]]
+) -> tuple[list[torch.Tensor], list[str | None]]:
+    """Token rows from ``keys[0]`` (ragged ids) or else from ``keys[1]`` (strings, tokenized here without
+    special tokens); the strings are returned too (``None`` where tokens came in)."""
+    tokens = lookup(batch, keys[0])
+    texts = lookup(batch, keys[1])
+    if tokens is not None:
+        rows = _token_rows(method, keys[0], tokens, batch)
+        return rows, [None] * len(rows)
+    if texts is None:
+        raise missing_key(method, batch, keys)
+    if not isinstance(texts, list):
+        raise WorkerFailure(BAD_PAYLOAD, f"{method}: {key_name(keys[1])} must be a string column")
+    encoded = loaded.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+    return [torch.tensor(ids, dtype=torch.int64) for ids in encoded], list(texts)
+
+
 # ---- generate ------------------------------------------------------------------------------------------
 
 PROMPT_KEYS = (("tokens", "prompt"), ("text", "prompt"))
@@ -167,19 +186,7 @@ def _prompts(
     ctx: CallContext, args: GenerateArgs, loaded: LoadedModel, batch: TensorBatch
 ) -> tuple[list[torch.Tensor], list[str | None]]:
     """The prompt token rows, and for text input the prompt strings (``None`` where tokens came in)."""
-    tokens = lookup(batch, PROMPT_KEYS[0])
-    texts = lookup(batch, PROMPT_KEYS[1])
-    if tokens is not None:
-        rows = _token_rows(ctx.method, PROMPT_KEYS[0], tokens, batch)
-        strings: list[str | None] = [None] * len(rows)
-    elif texts is not None:
-        if not isinstance(texts, list):
-            raise WorkerFailure(BAD_PAYLOAD, f'{ctx.method}: ("text", "prompt") must be a string column')
-        encoded = loaded.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
-        rows = [torch.tensor(ids, dtype=torch.int64) for ids in encoded]
-        strings = list(texts)
-    else:
-        raise missing_key(ctx.method, batch, PROMPT_KEYS)
+    rows, strings = _tokens_or_text(ctx.method, loaded, batch, PROMPT_KEYS)
     for index, row in enumerate(rows):
         if row.numel() == 0:
             raise WorkerFailure(
@@ -290,16 +297,13 @@ def generate(store: ModelStore, ctx: CallContext, args: GenerateArgs) -> MethodO
 
 # ---- score ---------------------------------------------------------------------------------------------
 
-FULL_KEY = ("tokens", "full")
+FULL_KEYS = (("tokens", "full"), ("text", "full"))
 
 
 def score(store: ModelStore, ctx: CallContext, args: ScoreArgs) -> MethodOutcome:
     loaded = store.get(args.model)
     batch = single_batch(ctx)
-    column = lookup(batch, FULL_KEY)
-    if column is None:
-        raise missing_key(ctx.method, batch, (FULL_KEY,))
-    sequences = _token_rows(ctx.method, FULL_KEY, column, batch)
+    sequences, texts = _tokens_or_text(ctx.method, loaded, batch, FULL_KEYS)
     _check_ids(ctx.method, sequences, _vocab_size(loaded))
     max_positions = _max_positions(loaded)
     if max_positions is not None:
@@ -320,6 +324,8 @@ def score(store: ModelStore, ctx: CallContext, args: ScoreArgs) -> MethodOutcome
         check_cancelled=ctx.check_cancelled,
     )
     columns: dict[str, Column] = {"log_probs": {"full": ragged(log_probs, torch.float32)}}
+    if any(t is not None for t in texts):  # text came in: say which tokens the log-probs belong to
+        columns["tokens"] = {"full": ragged(sequences, torch.int64)}
     return MethodOutcome({}, [TensorBatch(batch.batch_size, columns)])
 
 

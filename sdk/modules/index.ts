@@ -1,0 +1,6 @@
+export {
+  GenerateKwargsSchema,
+  TransformersWrapper,
+  TransformersWrapperOptionsSchema,
+  type TransformersWrapperOptions,
+} from "./transformers.js";
