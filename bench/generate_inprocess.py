@@ -1,0 +1,145 @@
+"""In-process baseline for ``npm run bench:generate``: Hugging Face ``model.generate`` and one-forward
+scoring, called directly in this Python process (no worker, no bridge).
+
+    python bench/generate_inprocess.py MODEL_DIR [--reps N] [--warmup N] [--serve] < request.json
+
+The request (JSON on stdin) is ``{"prompts": [[ids...], ...], "full": [[ids...], ...], "maxNewTokens": n,
+"doSample": false, "seed": 0}``. All prompts must have the same length (no padding is needed then).
+Generation forces exactly ``maxNewTokens`` tokens per row (``min_new_tokens`` = ``max_new_tokens``, eos
+disabled), so the token count is ``rows * maxNewTokens``. Scoring is one forward over ``full`` (right-padded)
+and a ``log_softmax`` gather of each next token.
+
+Without ``--serve``: warm-up, then ``--reps`` timed runs of each; prints one JSON object (medians) on stdout.
+With ``--serve``: prints ``{"ready": true}``, then answers each stdin line ``generate`` / ``score`` with
+``{"ms": ..., "tokens": ...}`` (the time measured in here), so that a caller can interleave its own timings
+with these; ``quit`` ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def log(message: str) -> None:
+    print(f"[bench:generate:py] {message}", file=sys.stderr, flush=True)
+
+
+class Baseline:
+    def __init__(self, model_dir: str, request: dict[str, Any]) -> None:
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model.eval()
+        prompts = request["prompts"]
+        if len({len(p) for p in prompts}) != 1:
+            raise ValueError("all prompts must have the same length")
+        self.prompts = torch.tensor(prompts, dtype=torch.int64)
+        self.max_new_tokens = int(request["maxNewTokens"])
+        self.do_sample = bool(request.get("doSample", False))
+        self.seed = int(request.get("seed", 0))
+        full = [torch.tensor(s, dtype=torch.int64) for s in request["full"]]
+        self.full_lengths = [int(s.numel()) for s in full]
+        width = max(self.full_lengths)
+        self.full = torch.zeros((len(full), width), dtype=torch.int64)
+        self.full_mask = torch.zeros((len(full), width), dtype=torch.int64)
+        for i, seq in enumerate(full):
+            self.full[i, : seq.numel()] = seq
+            self.full_mask[i, : seq.numel()] = 1
+        pad = self.model.generation_config.pad_token_id
+        self.pad_id = int(pad) if isinstance(pad, int) else 0
+
+    def generate(self) -> tuple[float, int]:
+        """One ``model.generate`` call: (ms, generated tokens)."""
+        torch.manual_seed(self.seed)
+        with torch.inference_mode():
+            start = time.perf_counter()
+            out = self.model.generate(
+                input_ids=self.prompts,
+                attention_mask=torch.ones_like(self.prompts),
+                do_sample=self.do_sample,
+                max_new_tokens=self.max_new_tokens,
+                min_new_tokens=self.max_new_tokens,
+                eos_token_id=None,
+                pad_token_id=self.pad_id,
+                temperature=None if not self.do_sample else 1.0,
+                top_p=None,
+                top_k=None,
+            )
+            ms = (time.perf_counter() - start) * 1000
+        tokens = (out.shape[1] - self.prompts.shape[1]) * out.shape[0]
+        return ms, int(tokens)
+
+    def score(self) -> tuple[float, int]:
+        """One forward over the full sequences plus the log-softmax gather: (ms, scored tokens)."""
+        with torch.inference_mode():
+            start = time.perf_counter()
+            logits = (
+                self.model(
+                    input_ids=self.full, attention_mask=self.full_mask, use_cache=False, return_dict=True
+                )
+                .logits[:, :-1, :]
+                .float()
+            )
+            picked = torch.log_softmax(logits, dim=-1).gather(-1, self.full[:, 1:].unsqueeze(-1)).squeeze(-1)
+            _rows = [picked[i, : n - 1].clone() for i, n in enumerate(self.full_lengths)]
+            ms = (time.perf_counter() - start) * 1000
+        return ms, sum(self.full_lengths)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("model_dir")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--serve", action="store_true")
+    args = parser.parse_args()
+
+    if args.serve:
+        request = json.loads(sys.stdin.readline())
+        base = Baseline(args.model_dir, request)
+        print(json.dumps({"ready": True, "threads": torch.get_num_threads()}), flush=True)
+        for line in sys.stdin:
+            command = line.strip()
+            if command == "quit":
+                break
+            if command == "generate":
+                ms, tokens = base.generate()
+            elif command == "score":
+                ms, tokens = base.score()
+            else:
+                print(json.dumps({"error": f"unknown command {command!r}"}), flush=True)
+                continue
+            print(json.dumps({"ms": ms, "tokens": tokens}), flush=True)
+        return
+
+    base = Baseline(args.model_dir, json.load(sys.stdin))
+    log("warm-up")
+    for _ in range(args.warmup):
+        base.generate()
+        base.score()
+    log(f"{args.reps} timed runs")
+    gen = [base.generate() for _ in range(args.reps)]
+    sco = [base.score() for _ in range(args.reps)]
+    gen_ms = statistics.median(ms for ms, _ in gen)
+    sco_ms = statistics.median(ms for ms, _ in sco)
+    report = {
+        "generateMs": gen_ms,
+        "generateTokens": gen[0][1],
+        "generateTokensPerS": gen[0][1] / (gen_ms / 1000),
+        "scoreMs": sco_ms,
+        "scoreTokens": sco[0][1],
+        "scoreTokensPerS": sco[0][1] / (sco_ms / 1000),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
