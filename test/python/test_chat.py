@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 import torch
-import zmq
 from posttrain_worker.codec import HistoryColumn, Ragged, TensorBatch, decode_batch, encode_batch
 from posttrain_worker.models import make_tiny_model
 from transformers import AutoTokenizer
-from worker_harness import Client, error, ok, start_worker, stop_worker
+from worker_harness import Client, error, ok, policy_client
 
 CHATS: list[list[dict[str, Any]]] = [
     [{"role": "user", "content": "2+2?"}],
@@ -33,14 +32,8 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(tiny_dir: Path) -> Iterator[Client]:
-    context = zmq.Context()
-    worker = start_worker()
-    c = Client(context, worker.endpoint)
-    ok(c.call("load_model", {"name": "policy", "path": str(tiny_dir)}, timeout=60)[0])
-    yield c
-    c.close()
-    stop_worker(worker)
-    context.destroy(linger=0)
+    with policy_client(tiny_dir) as c:
+        yield c
 
 
 def apply(client: Client, rows: list[list[dict[str, Any]]], key: str = "prompt", **args: Any) -> Any:

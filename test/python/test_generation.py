@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 import torch
-import zmq
 from posttrain_worker.codec import Ragged, TensorBatch, decode_batch, encode_batch
 from posttrain_worker.models import make_tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from worker_harness import Client, Worker, error, ok, start_worker, stop_worker
+from worker_harness import Client, error, ok, policy_client
 
 PROMPTS = ["Hello world", "a", "The quick brown fox jumps"]
 MAX_POSITIONS = 512
@@ -39,14 +38,8 @@ def reference(tiny_dir: Path) -> tuple[Any, Any]:
 
 @pytest.fixture(scope="module")
 def client(tiny_dir: Path) -> Iterator[Client]:
-    context = zmq.Context()
-    worker: Worker = start_worker()
-    c = Client(context, worker.endpoint)
-    ok(c.call("load_model", {"name": "policy", "path": str(tiny_dir)}, timeout=60)[0])
-    yield c
-    c.close()
-    stop_worker(worker)
-    context.destroy(linger=0)
+    with policy_client(tiny_dir) as c:
+        yield c
 
 
 # ---- helpers -------------------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,3 +167,18 @@ def error(reply: dict[str, Any], code: str) -> str:
     assert reply["type"] == "response" and reply["ok"] is False, reply
     assert reply["error"]["code"] == code, reply
     return reply["error"]["message"]
+
+
+@contextmanager
+def policy_client(model_dir: Path) -> Iterator[Client]:
+    """A worker with the model at ``model_dir`` loaded as ``"policy"``, and a client to it."""
+    context = zmq.Context()
+    worker = start_worker()
+    client = Client(context, worker.endpoint)
+    try:
+        ok(client.call("load_model", {"name": "policy", "path": str(model_dir)}, timeout=60)[0])
+        yield client
+    finally:
+        client.close()
+        stop_worker(worker)
+        context.destroy(linger=0)

@@ -1,27 +1,20 @@
 // History mode end to end through a real worker: conversations in a TensorDict leaf cross the wire as
 // List<Struct>, the model's own chat template renders them, and the tokens feed generation.
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HistoryBatch, InvalidArgumentError, TensorDict, WorkerPool, makeTinyModel, type WorkerClient } from "../../sdk/index.js";
+import { HistoryBatch, InvalidArgumentError, TensorDict, type WorkerClient } from "../../sdk/index.js";
+import { startTinyPolicy, type TinyPolicy } from "./tiny-policy.js";
 
 describe("applyChatTemplate", () => {
-  let dir: string;
-  let pool: WorkerPool;
+  let policy: TinyPolicy;
   let worker: WorkerClient;
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), "posttrain-chat-"));
-    const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 4 }), WorkerPool.local({ device: "cpu" })]);
-    pool = started;
-    worker = pool.worker(0);
-    await worker.loadModel({ name: "policy", path: tiny.path });
+    policy = await startTinyPolicy(4);
+    worker = policy.worker;
   });
 
   afterAll(async () => {
-    await pool.close();
-    await rm(dir, { recursive: true, force: true });
+    await policy.close();
   });
 
   const conversations = (): TensorDict =>

@@ -1,30 +1,23 @@
 // Generation and scoring through a real worker on the tiny model: TorchRL's keys and batch shapes, seeded
 // determinism, scoring that reproduces generation's log-probs, and typed errors for bad options.
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { InvalidArgumentError, TensorDict, WorkerError, WorkerPool, makeTinyModel, type WorkerClient } from "../../sdk/index.js";
+import { InvalidArgumentError, TensorDict, WorkerError, type WorkerClient } from "../../sdk/index.js";
+import { startTinyPolicy, type TinyPolicy } from "./tiny-policy.js";
 
 const prompts = (): TensorDict =>
   new TensorDict({ text: { prompt: ["What is 2+2?", "Say hi"] } }, { batchSize: [2] });
 
 describe("generate and score", () => {
-  let dir: string;
-  let pool: WorkerPool;
+  let policy: TinyPolicy;
   let worker: WorkerClient;
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), "posttrain-gen-"));
-    const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 3 }), WorkerPool.local({ device: "cpu" })]);
-    pool = started;
-    worker = pool.worker(0);
-    await worker.loadModel({ name: "policy", path: tiny.path });
+    policy = await startTinyPolicy(3);
+    worker = policy.worker;
   });
 
   afterAll(async () => {
-    await pool.close();
-    await rm(dir, { recursive: true, force: true });
+    await policy.close();
   });
 
   it("samples responses with TorchRL's keys", async () => {

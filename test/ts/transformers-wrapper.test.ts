@@ -1,27 +1,20 @@
 // TransformersWrapper through a real worker on the tiny model: TorchRL's input modes and keys, numSamples
 // groups, scoring mode, and option validation.
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HistoryBatch, InvalidArgumentError, TensorDict, TransformersWrapper, WorkerPool, makeTinyModel, type WorkerClient } from "../../sdk/index.js";
+import { HistoryBatch, InvalidArgumentError, TensorDict, TransformersWrapper, type WorkerClient } from "../../sdk/index.js";
+import { startTinyPolicy, type TinyPolicy } from "./tiny-policy.js";
 
 describe("TransformersWrapper", () => {
-  let dir: string;
-  let pool: WorkerPool;
+  let setup: TinyPolicy;
   let worker: WorkerClient;
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), "posttrain-wrapper-"));
-    const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 6 }), WorkerPool.local({ device: "cpu" })]);
-    pool = started;
-    worker = pool.worker(0);
-    await worker.loadModel({ name: "policy", path: tiny.path });
+    setup = await startTinyPolicy(6);
+    worker = setup.worker;
   });
 
   afterAll(async () => {
-    await pool.close();
-    await rm(dir, { recursive: true, force: true });
+    await setup.close();
   });
 
   const chats = (): TensorDict =>
