@@ -55,11 +55,12 @@ export class ZmqDealerTransport implements Transport {
     return next;
   }
 
-  async close(): Promise<void> {
-    if (this.closing) return;
-    this.closing = true;
-    this.socket.close();
-    await Promise.resolve();
+  close(): Promise<void> {
+    if (!this.closing) {
+      this.closing = true;
+      this.socket.close();
+    }
+    return Promise.resolve();
   }
 
   private async receiveLoop(handler: TransportHandler): Promise<void> {

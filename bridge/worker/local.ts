@@ -72,13 +72,14 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
   }
   const python = resolvePython(options.python);
   const socketDir = await mkdtemp(join(tmpdir(), "posttrain-"));
+  // Indexed by worker number; slots stay empty for workers that did not get that far.
   const processes: WorkerProcess[] = [];
   const connections: WorkerConnection[] = [];
 
   const closeAll = async (): Promise<void> => {
     await Promise.all(connections.map((c) => c.close()));
-    for (const p of processes) {
-      if (!connections.some((c) => c.process === p)) {
+    for (const [i, p] of processes.entries()) {
+      if (p !== undefined && connections[i] === undefined) {
         p.kill("SIGKILL");
         await p.exited;
       }
@@ -109,21 +110,21 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
           ...(options.signal !== undefined ? { signal: options.signal } : {}),
           ...(options.log !== undefined ? { log: options.log } : {}),
         });
-        processes.push(proc);
+        processes[i] = proc;
         return proc;
       }),
     );
     const failed = started.find((s): s is PromiseRejectedResult => s.status === "rejected");
     if (failed !== undefined) throw failed.reason;
     const opened = await Promise.allSettled(
-      processes.map(async (proc) => {
+      processes.map(async (proc, i) => {
         const connection = await WorkerConnection.open({
           ...connectionOptions(options),
           name: proc.name,
           endpoint: proc.ready.endpoint,
           process: proc,
         });
-        connections.push(connection);
+        connections[i] = connection;
         return connection;
       }),
     );
@@ -133,7 +134,6 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
     await closeAll();
     throw err;
   }
-  connections.sort((a, b) => a.name.localeCompare(b.name, "en", { numeric: true }));
   let closing: Promise<void> | undefined;
   return {
     connections,

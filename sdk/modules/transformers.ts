@@ -102,7 +102,7 @@ export class TransformersWrapper {
     const out = await this.worker.generate(model, prompts, sampling, requestOptions);
     const samples = sampling.numSamples ?? 1;
     const repeated = samples === 1 ? flat : flat.index(Int32Array.from({ length: rows * samples }, (_, i) => Math.floor(i / samples)));
-    const result = repeated.clone();
+    const result = repeated; // a new structure (reshape/index): setting keys leaves `td` untouched
     const flatOut = out.reshape([rows * samples]);
     for (const [key, value] of flatOut.entries({ nested: true, leavesOnly: true })) {
       if (!this.options.returnLogProbs && Array.isArray(key) && key[0] === "log_probs") continue;
@@ -130,7 +130,7 @@ export class TransformersWrapper {
     const { model, inputMode, microBatchSize } = this.options;
     const scoreOptions = microBatchSize !== undefined ? { microBatchSize } : {};
     let full = td.select(FULL_KEYS[inputMode]);
-    const result = td.clone();
+    const result = td.exclude(); // new structure sharing the leaves: `td` is not modified
     if (inputMode === "history") {
       const rendered = await this.worker.applyChatTemplate(model, full, { key: "full" }, requestOptions);
       for (const [key, value] of rendered.entries({ nested: true, leavesOnly: true })) result.set(key, value);

@@ -106,10 +106,7 @@ export class WorkerClient {
     requestOptions: RequestOptions = {},
   ): Promise<TensorDict> {
     const args = parseOptions(GenerateOptionsSchema, options, "generate options");
-    const name = parseOptions(z.string().min(1), model, "generate model");
-    const payload = { kind: "tensordict" as const, data: prompts.toArrow() };
-    const reply = await this.connection.request("generate", { model: name, ...args }, [payload], requestOptions);
-    return singleTensorDict("generate", reply);
+    return this.modelCall("generate", model, args, prompts, requestOptions);
   }
 
   /**
@@ -123,10 +120,7 @@ export class WorkerClient {
     requestOptions: RequestOptions = {},
   ): Promise<TensorDict> {
     const args = parseOptions(ScoreOptionsSchema, options, "score options");
-    const name = parseOptions(z.string().min(1), model, "score model");
-    const payload = { kind: "tensordict" as const, data: sequences.toArrow() };
-    const reply = await this.connection.request("score", { model: name, ...args }, [payload], requestOptions);
-    return singleTensorDict("score", reply);
+    return this.modelCall("score", model, args, sequences, requestOptions);
   }
 
   /**
@@ -142,10 +136,21 @@ export class WorkerClient {
     requestOptions: RequestOptions = {},
   ): Promise<TensorDict> {
     const args = parseOptions(ChatTemplateOptionsSchema, options, "applyChatTemplate options");
-    const name = parseOptions(z.string().min(1), model, "applyChatTemplate model");
-    const payload = { kind: "tensordict" as const, data: conversations.toArrow() };
-    const reply = await this.connection.request("apply_chat_template", { model: name, ...args }, [payload], requestOptions);
-    return singleTensorDict("apply_chat_template", reply);
+    return this.modelCall("apply_chat_template", model, args, conversations, requestOptions);
+  }
+
+  /** A method on a loaded model taking one TensorDict and answering one (validated args already). */
+  private async modelCall(
+    method: string,
+    model: string,
+    args: Record<string, unknown>,
+    td: TensorDict,
+    requestOptions: RequestOptions,
+  ): Promise<TensorDict> {
+    const name = parseOptions(z.string().min(1), model, `${method} model`);
+    const payload = { kind: "tensordict" as const, data: td.toArrow() };
+    const reply = await this.connection.request(method, { model: name, ...args }, [payload], requestOptions);
+    return singleTensorDict(method, reply);
   }
 
   /** Calls any worker method by name (the escape hatch below the typed methods). */

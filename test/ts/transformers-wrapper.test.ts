@@ -28,7 +28,9 @@ describe("TransformersWrapper", () => {
 
   it("generates in history mode with TorchRL's keys and a response History", async () => {
     const policy = new TransformersWrapper(worker, { model: "policy", generateKwargs: { max_new_tokens: 6, seed: 0 } });
-    const out = await policy.forward(chats());
+    const input = chats();
+    const out = await policy.forward(input);
+    expect(input.keys({ nested: true, leavesOnly: true })).toEqual([["history", "prompt"], "id"]); // input untouched
     expect(out.batchSize).toEqual([2]);
     for (const key of [["tokens", "response"], ["text", "full"], ["log_probs", "response"], ["masks", "all_assistant_mask"]]) {
       expect(out.has(key)).toBe(true);
@@ -64,7 +66,9 @@ describe("TransformersWrapper", () => {
   it("scores full sequences (generate: false) in history and text modes", async () => {
     const generated = await new TransformersWrapper(worker, { model: "policy", generateKwargs: { max_new_tokens: 5, seed: 2 } }).forward(chats());
     const scorer = new TransformersWrapper(worker, { model: "policy", generate: false });
-    const scored = await scorer.forward(generated.select(["history", "full"]));
+    const fullOnly = generated.select(["history", "full"]);
+    const scored = await scorer.forward(fullOnly);
+    expect(fullOnly.has(["log_probs", "full"])).toBe(false); // input untouched
     expect(scored.has(["log_probs", "full"])).toBe(true);
     expect(scored.getRagged(["masks", "all_assistant_mask"]).rows).toBe(2);
     const textScorer = new TransformersWrapper(worker, { model: "policy", generate: false, inputMode: "text" });

@@ -65,7 +65,8 @@ class LoadedModel:
 
 
 def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or (os.sep in path.rstrip(os.sep) and Path(path).exists())
+    """A filesystem path rather than a hub id (``org/name``)."""
+    return path.startswith(("/", "./", "../", "~"))
 
 
 class ModelStore:
