@@ -8,6 +8,10 @@ export * from "./data/index.js";
 export * from "./workers/index.js";
 export * from "./models/index.js";
 export * from "./modules/index.js";
+export * from "./collectors/index.js";
+export * from "./envs/index.js";
+export * from "./objectives/index.js";
+export * from "./trainers/index.js";
 export {
   ConnectionClosedError,
   InvalidArgumentError,

@@ -29,3 +29,4 @@ export {
   type Role,
   type ToolCall,
 } from "./message.js";
+export * from "./replay-buffer/index.js";

@@ -4,3 +4,11 @@ export {
   TransformersWrapperOptionsSchema,
   type TransformersWrapperOptions,
 } from "./transformers.js";
+export { vLLMWrapper, vLLMWrapperOptionsSchema, type vLLMWrapperOptions } from "./vllm.js";
+export {
+  LLMWrapperBase,
+  LLMWrapperOptionsSchema,
+  type LLMWrapperOptions,
+  type ResolvedLLMWrapperOptions,
+} from "./llm-wrapper.js";
+export { BackendUnavailableError } from "./errors.js";

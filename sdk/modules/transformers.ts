@@ -1,61 +1,13 @@
-import { z } from "zod";
-import { InvalidArgumentError, type RequestOptions } from "../../bridge/index.js";
-import { HistoryBatch } from "../data/index.js";
-import { TensorDict, type NestedKey } from "../tensordict/index.js";
-import type { GenerateOptions } from "../workers/generation.js";
 import type { WorkerClient } from "../workers/client.js";
-import { parseOptions } from "../workers/options.js";
+import { LLMWrapperBase, LLMWrapperOptionsSchema, type LLMWrapperOptions } from "./llm-wrapper.js";
 
-/** Hugging Face-style generation kwargs (snake_case), with TorchRL's aliases `max_tokens` and `n`. */
-export const GenerateKwargsSchema = z.strictObject({
-  max_new_tokens: z.number().int().min(1).optional(),
-  /** Alias of `max_new_tokens` (vLLM's name). */
-  max_tokens: z.number().int().min(1).optional(),
-  temperature: z.number().min(0).optional(),
-  top_p: z.number().gt(0).max(1).optional(),
-  top_k: z.number().int().min(0).optional(),
-  repetition_penalty: z.number().gt(0).optional(),
-  /** `false` samples greedily (temperature 0). */
-  do_sample: z.boolean().optional(),
-  stop: z.array(z.string().min(1)).optional(),
-  seed: z.number().int().nonnegative().optional(),
-  /** Alias of the wrapper's `numSamples`. */
-  n: z.number().int().min(1).optional(),
-  num_return_sequences: z.number().int().min(1).optional(),
-});
+export { GenerateKwargsSchema } from "./llm-wrapper.js";
 
 /** Options of {@link TransformersWrapper} (TorchRL's names, camelCased). */
-export const TransformersWrapperOptionsSchema = z.strictObject({
-  /** Name of the model loaded in the worker (`worker.loadModel`). */
-  model: z.string().min(1),
-  /** `true` (default) samples responses; `false` scores full sequences and returns their log-probs. */
-  generate: z.boolean().default(true),
-  /** Which keys are read: `"history"` (default), `"text"` or `"tokens"`. */
-  inputMode: z.enum(["history", "text", "tokens"]).default("history"),
-  /** Keep `("log_probs", ...)` in the output (default true; scoring always returns them). */
-  returnLogProbs: z.boolean().default(true),
-  /** Sampling options, with HF names. `max_new_tokens` (or `max_tokens`) is required when generating. */
-  generateKwargs: GenerateKwargsSchema.default({}),
-  /** Responses per prompt; the output batch becomes `[...batch, numSamples]` when > 1. */
-  numSamples: z.number().int().min(1).optional(),
-  /** Rows per forward pass in the worker; default all at once. */
-  microBatchSize: z.number().int().min(1).optional(),
-});
+export const TransformersWrapperOptionsSchema = LLMWrapperOptionsSchema;
 
 /** Options of {@link TransformersWrapper}. */
-export type TransformersWrapperOptions = z.input<typeof TransformersWrapperOptionsSchema>;
-type Resolved = z.output<typeof TransformersWrapperOptionsSchema>;
-
-const PROMPT_KEYS: Readonly<Record<Resolved["inputMode"], NestedKey>> = {
-  history: ["history", "prompt"],
-  text: ["text", "prompt"],
-  tokens: ["tokens", "prompt"],
-};
-const FULL_KEYS: Readonly<Record<Resolved["inputMode"], NestedKey>> = {
-  history: ["history", "full"],
-  text: ["text", "full"],
-  tokens: ["tokens", "full"],
-};
+export type TransformersWrapperOptions = LLMWrapperOptions;
 
 /**
  * TorchRL's `TransformersWrapper` over a model held by a worker: `forward(td)` reads the input key of its
@@ -68,98 +20,8 @@ const FULL_KEYS: Readonly<Record<Resolved["inputMode"], NestedKey>> = {
  * - Scoring (`generate: false`): reads `(mode, "full")`; writes `("tokens", "full")`, `("log_probs", "full")`
  *   and, in history mode, the masks of the worker's chat template (`all_assistant_mask`).
  */
-export class TransformersWrapper {
-  private readonly options: Resolved;
-  private readonly sampling: GenerateOptions | undefined;
-
-  constructor(
-    private readonly worker: WorkerClient,
-    options: TransformersWrapperOptions,
-  ) {
-    this.options = parseOptions(TransformersWrapperOptionsSchema, options, "TransformersWrapper options");
-    this.sampling = this.options.generate ? toGenerateOptions(this.options) : undefined;
+export class TransformersWrapper extends LLMWrapperBase {
+  constructor(worker: WorkerClient, options: TransformersWrapperOptions) {
+    super(worker, options, "TransformersWrapper options");
   }
-
-  /** The resolved options (defaults filled in). */
-  get config(): Readonly<Resolved> {
-    return this.options;
-  }
-
-  /** Runs the policy on `td` and returns a new TensorDict with the output keys added. */
-  async forward(td: TensorDict, requestOptions: RequestOptions = {}): Promise<TensorDict> {
-    return this.sampling !== undefined ? this.generate(td, this.sampling, requestOptions) : this.score(td, requestOptions);
-  }
-
-  private async generate(td: TensorDict, sampling: GenerateOptions, requestOptions: RequestOptions): Promise<TensorDict> {
-    const { model, inputMode } = this.options;
-    const rows = td.batchSize.reduce((a, b) => a * b, 1);
-    const flat = td.reshape([rows]);
-    let prompts = flat.select(PROMPT_KEYS[inputMode]);
-    if (inputMode === "history") {
-      const rendered = await this.worker.applyChatTemplate(model, prompts, { key: "prompt" }, requestOptions);
-      prompts = rendered.select(["tokens", "prompt"]);
-    }
-    const out = await this.worker.generate(model, prompts, sampling, requestOptions);
-    const samples = sampling.numSamples ?? 1;
-    const repeated = samples === 1 ? flat : flat.index(Int32Array.from({ length: rows * samples }, (_, i) => Math.floor(i / samples)));
-    const result = repeated; // a new structure (reshape/index): setting keys leaves `td` untouched
-    const flatOut = out.reshape([rows * samples]);
-    for (const [key, value] of flatOut.entries({ nested: true, leavesOnly: true })) {
-      if (!this.options.returnLogProbs && Array.isArray(key) && key[0] === "log_probs") continue;
-      result.set(key, value);
-    }
-    if (inputMode === "history") {
-      const promptHistories = repeated.getHistory(["history", "prompt"]);
-      const texts = flatOut.getStrings(["text", "response"]);
-      const reasons = flatOut.getStrings("finish_reason");
-      // The response text ends with the eos token's text when generation stopped on it (ChatML/Qwen names).
-      const eos = /(<\|im_end\|>|<\|endoftext\|>)$/;
-      const responses = HistoryBatch.from(
-        texts.map((text, r) => [
-          { role: "assistant", content: text.replace(eos, ""), ...(reasons[r] === "length" ? { isComplete: false } : {}) },
-        ]),
-      );
-      result.set(["history", "response"], responses);
-      result.set(["history", "full"], promptHistories.appendEach(responses.rows.map((h) => h.messages)));
-    }
-    const batch = samples === 1 ? [...td.batchSize] : [...td.batchSize, samples];
-    return result.reshape(batch);
-  }
-
-  private async score(td: TensorDict, requestOptions: RequestOptions): Promise<TensorDict> {
-    const { model, inputMode, microBatchSize } = this.options;
-    const scoreOptions = microBatchSize !== undefined ? { microBatchSize } : {};
-    let full = td.select(FULL_KEYS[inputMode]);
-    const result = td.exclude(); // new structure sharing the leaves: `td` is not modified
-    if (inputMode === "history") {
-      const rendered = await this.worker.applyChatTemplate(model, full, { key: "full" }, requestOptions);
-      for (const [key, value] of rendered.entries({ nested: true, leavesOnly: true })) result.set(key, value);
-      full = rendered.select(["tokens", "full"]);
-    }
-    const scored = await this.worker.score(model, full, scoreOptions, requestOptions);
-    for (const [key, value] of scored.entries({ nested: true, leavesOnly: true })) result.set(key, value);
-    return result;
-  }
-}
-
-function toGenerateOptions(options: Resolved): GenerateOptions {
-  const kw = options.generateKwargs;
-  const maxNewTokens = kw.max_new_tokens ?? kw.max_tokens;
-  if (maxNewTokens === undefined) {
-    throw new InvalidArgumentError(
-      "TransformersWrapper options.generateKwargs.max_new_tokens: required when generate is true (or max_tokens)",
-    );
-  }
-  const numSamples = options.numSamples ?? kw.n ?? kw.num_return_sequences ?? 1;
-  return {
-    maxNewTokens,
-    numSamples,
-    ...(kw.do_sample === false ? { temperature: 0 } : kw.temperature !== undefined ? { temperature: kw.temperature } : {}),
-    ...(kw.top_p !== undefined ? { topP: kw.top_p } : {}),
-    ...(kw.top_k !== undefined ? { topK: kw.top_k } : {}),
-    ...(kw.repetition_penalty !== undefined ? { repetitionPenalty: kw.repetition_penalty } : {}),
-    ...(kw.stop !== undefined ? { stop: kw.stop } : {}),
-    ...(kw.seed !== undefined ? { seed: kw.seed } : {}),
-    ...(options.microBatchSize !== undefined ? { microBatchSize: options.microBatchSize } : {}),
-  };
 }

@@ -72,7 +72,8 @@ export class WorkerClient {
   /**
    * Loads a Hugging Face causal LM (weights and tokenizer) under `name`. Options are validated before anything
    * is sent; the worker answers `MODEL_NOT_FOUND` (no such directory, or not on the hub), `MODEL_LOAD_FAILED`
-   * (no tokenizer, not a causal LM, unreadable weights) or `MODEL_ALREADY_LOADED` as a `WorkerError`.
+   * (no tokenizer, not a causal LM, unreadable weights), `MODEL_ALREADY_LOADED` or `BACKEND_UNAVAILABLE`
+   * (`backend: "vllm"` where the `vllm` package cannot be imported) as a `WorkerError`.
    */
   async loadModel(options: LoadModelOptions, requestOptions: RequestOptions = {}): Promise<ModelInfo> {
     const args = parseOptions(LoadModelOptionsSchema, options, "loadModel options");

@@ -2,9 +2,11 @@ export { WorkerClient } from "./client.js";
 export { WorkerPool, type WorkerPoolOptions } from "./pool.js";
 export {
   LoadModelOptionsSchema,
+  MODEL_BACKENDS,
   MODEL_DTYPES,
   ModelInfoSchema,
   type LoadModelOptions,
+  type ModelBackend,
   type ModelInfo,
 } from "./models.js";
 export {

@@ -4,6 +4,8 @@ from posttrain_worker.methods.basic import register_basic_methods
 from posttrain_worker.methods.chat import register_chat_methods
 from posttrain_worker.methods.generation import register_generation_methods
 from posttrain_worker.methods.models import register_model_methods
+from posttrain_worker.methods.training import register_training_methods
+from posttrain_worker.methods.weights import register_weight_methods
 from posttrain_worker.models.store import ModelStore
 from posttrain_worker.server.registry import MethodRegistry
 
@@ -16,6 +18,8 @@ def default_registry() -> MethodRegistry:
     register_model_methods(registry, store)
     register_generation_methods(registry, store)
     register_chat_methods(registry, store)
+    register_training_methods(registry, store)
+    register_weight_methods(registry, store)
     return registry
 
 
@@ -25,4 +29,6 @@ __all__ = [
     "register_chat_methods",
     "register_generation_methods",
     "register_model_methods",
+    "register_training_methods",
+    "register_weight_methods",
 ]

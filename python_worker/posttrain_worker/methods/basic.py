@@ -21,6 +21,7 @@ import zmq
 import posttrain_worker
 from posttrain_worker import PROTOCOL_VERSION
 from posttrain_worker.codec.types import Column, HistoryColumn, Ragged, TensorBatch
+from posttrain_worker.models.vllm_import import vllm_installed
 from posttrain_worker.protocol.args import ArgReader
 from posttrain_worker.protocol.errors import UNSUPPORTED_VERSION, WorkerFailure
 from posttrain_worker.server.registry import CallContext, MethodOutcome, MethodRegistry
@@ -56,8 +57,10 @@ def _devices() -> tuple[dict[str, Any], ...]:
 
 
 def _backends() -> list[str]:
-    """Model backends importable in this environment (checked without importing them)."""
-    return [name for name in ("transformers", "vllm") if importlib.util.find_spec(name) is not None]
+    """Model backends importable in this environment (checked without importing them; ``vllm`` also when
+    the test-only fake is configured, see ``models/vllm_import.py``)."""
+    names = ["transformers"] if importlib.util.find_spec("transformers") is not None else []
+    return [*names, "vllm"] if vllm_installed() else names
 
 
 @cache

@@ -6,6 +6,10 @@ Payload keys follow TorchRL's LLM wrappers. Generation reads ``("tokens", "promp
 ``log_probs`` (``response``, ``full``), ``masks`` (``all_attention_mask``, ``all_assistant_mask``) and
 ``finish_reason``. Scoring reads ``("tokens", "full")`` (or ``("text", "full")``, tokenized here and echoed as
 ``("tokens", "full")``) and writes ``("log_probs", "full")``.
+
+Both backends go through here: argument checks, prompt checks and the output payload are shared, and only the
+token generation and the teacher-forced log-probs come from the transformers decoding loop or, for a model
+loaded with ``backend: "vllm"``, from its :class:`~posttrain_worker.models.vllm_engine.VllmEngine`.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import torch
 
 from posttrain_worker.codec.types import Column, Ragged, TensorBatch
 from posttrain_worker.methods.payload_keys import key_name, lookup, missing_key, ragged, single_batch
+from posttrain_worker.models.generation import GeneratedRow, pad_token_id
 from posttrain_worker.models.generation import generate as run_generation
-from posttrain_worker.models.generation import pad_token_id
 from posttrain_worker.models.sampling import SamplingParams, make_generators
 from posttrain_worker.models.scoring import score as run_scoring
 from posttrain_worker.models.store import LoadedModel, ModelStore
@@ -147,10 +151,14 @@ def _check_ids(method: str, rows: Sequence[torch.Tensor], vocab: int) -> None:
 
 
 def _vocab_size(loaded: LoadedModel) -> int:
+    if loaded.engine is not None:
+        return loaded.engine.vocab_size
     return int(loaded.model.get_input_embeddings().weight.shape[0])
 
 
 def _max_positions(loaded: LoadedModel) -> int | None:
+    if loaded.engine is not None:
+        return loaded.engine.max_model_len
     value = getattr(loaded.model.config, "max_position_embeddings", None)
     return int(value) if isinstance(value, int) and value > 0 else None
 
@@ -228,20 +236,45 @@ def generate(store: ModelStore, ctx: CallContext, args: GenerateArgs) -> MethodO
     seed = args.seed if args.seed is not None else secrets.randbits(53)
     k = args.num_samples
     expanded = [p for p in prompts for _ in range(k)]
-    generators = None if args.params.greedy else make_generators(seed, len(prompts), k)
-    rows = run_generation(
-        loaded.model,
-        tokenizer,
-        expanded,
-        max_new_tokens=args.max_new_tokens,
-        params=args.params,
-        generators=generators,
-        stop=args.stop,
-        micro_batch_size=args.micro_batch_size,
-        device=loaded.device,
-        check_cancelled=ctx.check_cancelled,
-    )
+    if loaded.engine is not None:
+        rows = loaded.engine.generate(
+            prompts,
+            max_new_tokens=args.max_new_tokens,
+            params=args.params,
+            num_samples=k,
+            stop=args.stop,
+            seed=seed,
+            micro_batch_size=args.micro_batch_size,
+            check_cancelled=ctx.check_cancelled,
+        )
+    else:
+        generators = None if args.params.greedy else make_generators(seed, len(prompts), k)
+        rows = run_generation(
+            loaded.model,
+            tokenizer,
+            expanded,
+            max_new_tokens=args.max_new_tokens,
+            params=args.params,
+            generators=generators,
+            stop=args.stop,
+            micro_batch_size=args.micro_batch_size,
+            device=loaded.device,
+            check_cancelled=ctx.check_cancelled,
+        )
+    return _generate_outcome(batch, tokenizer, prompts, prompt_texts, expanded, rows, k, seed)
 
+
+def _generate_outcome(
+    batch: TensorBatch,
+    tokenizer: Any,
+    prompts: list[torch.Tensor],
+    prompt_texts: list[str | None],
+    expanded: list[torch.Tensor],
+    rows: Sequence[GeneratedRow],
+    k: int,
+    seed: int,
+) -> MethodOutcome:
+    """The ``generate`` payload from the rows of either backend (``k`` consecutive rows per prompt)."""
     prompt_strings = [
         text if text is not None else _decode(tokenizer, prompt)
         for prompt, text in zip(prompts, prompt_texts, strict=True)
@@ -315,14 +348,19 @@ def score(store: ModelStore, ctx: CallContext, args: ScoreArgs) -> MethodOutcome
                     f"maxPositionEmbeddings ({max_positions})",
                     {"row": index, "length": int(seq.numel()), "limit": max_positions},
                 )
-    log_probs = run_scoring(
-        loaded.model,
-        sequences,
-        pad_id=pad_token_id(loaded.tokenizer),
-        micro_batch_size=args.micro_batch_size,
-        device=loaded.device,
-        check_cancelled=ctx.check_cancelled,
-    )
+    if loaded.engine is not None:
+        log_probs = loaded.engine.score(
+            sequences, micro_batch_size=args.micro_batch_size, check_cancelled=ctx.check_cancelled
+        )
+    else:
+        log_probs = run_scoring(
+            loaded.model,
+            sequences,
+            pad_id=pad_token_id(loaded.tokenizer),
+            micro_batch_size=args.micro_batch_size,
+            device=loaded.device,
+            check_cancelled=ctx.check_cancelled,
+        )
     columns: dict[str, Column] = {"log_probs": {"full": ragged(log_probs, torch.float32)}}
     if any(t is not None for t in texts):  # text came in: say which tokens the log-probs belong to
         columns["tokens"] = {"full": ragged(sequences, torch.int64)}

@@ -15,38 +15,55 @@ from typing import Any
 import torch
 
 
-def score_batch(
-    model: Any, sequences: Sequence[torch.Tensor], *, pad_id: int, device: torch.device
-) -> list[torch.Tensor]:
-    """Log-probs of one micro-batch of sequences (int64 1-D CPU tensors; empty ones give empty results)."""
-    lengths = [int(s.numel()) for s in sequences]
-    width = max(lengths, default=0)
-    if width == 0:
-        return [torch.zeros(0, dtype=torch.float32) for _ in sequences]
+def pad_right(sequences: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)``, both int64 ``[n, max length]`` on the CPU, rows right-padded."""
+    width = max((int(s.numel()) for s in sequences), default=0)
     n = len(sequences)
     input_ids = torch.full((n, width), pad_id, dtype=torch.int64)
     attention = torch.zeros((n, width), dtype=torch.int64)
     for i, seq in enumerate(sequences):
         input_ids[i, : seq.numel()] = seq
         attention[i, : seq.numel()] = 1
+    return input_ids, attention
+
+
+def forward_logits(model: Any, input_ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+    """The raw logits ``[n, T, V]`` of right-padded rows, positions counting from 0 in every row."""
+    n, width = input_ids.shape
+    positions = torch.arange(width, device=input_ids.device).expand(n, width)
+    return model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        use_cache=False,
+        return_dict=True,
+    ).logits
+
+
+def token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """``[n, T]`` float32: entry ``t`` is ``log p(tok_t | tok_<t)`` from ``logits[:, t - 1]``; column 0 is 0.
+
+    Scoring and training both go through here, so they agree bit for bit on the same logits."""
+    shifted = logits[:, :-1, :].float()
+    targets = input_ids[:, 1:].unsqueeze(-1)
+    picked = shifted.gather(-1, targets).squeeze(-1) - torch.logsumexp(shifted, dim=-1)
+    zeros = torch.zeros((input_ids.shape[0], 1), dtype=torch.float32, device=input_ids.device)
+    return torch.cat([zeros, picked], dim=-1)
+
+
+def score_batch(
+    model: Any, sequences: Sequence[torch.Tensor], *, pad_id: int, device: torch.device
+) -> list[torch.Tensor]:
+    """Log-probs of one micro-batch of sequences (int64 1-D CPU tensors; empty ones give empty results)."""
+    lengths = [int(s.numel()) for s in sequences]
+    if max(lengths, default=0) == 0:
+        return [torch.zeros(0, dtype=torch.float32) for _ in sequences]
+    input_ids, attention = pad_right(sequences, pad_id)
     input_ids = input_ids.to(device)
     attention = attention.to(device)
-    positions = torch.arange(width, device=device).expand(n, width)
-    logits = (
-        model(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=positions,
-            use_cache=False,
-            return_dict=True,
-        )
-        .logits[:, :-1, :]
-        .float()
-    )
-    targets = input_ids[:, 1:].unsqueeze(-1)
-    picked = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    logits = forward_logits(model, input_ids, attention)
+    full = token_log_probs(logits, input_ids).cpu()
     del logits
-    full = torch.cat([torch.zeros((n, 1), dtype=torch.float32, device=device), picked], dim=-1).cpu()
     return [full[i, :length].clone() for i, length in enumerate(lengths)]
 
 

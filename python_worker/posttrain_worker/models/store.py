@@ -3,6 +3,11 @@
 Loading checks, in order: the path exists (or is a hub id and the hub is reachable), the config is a causal
 LM, the tokenizer loads, the weights load. Each failure is a :class:`WorkerFailure` naming the path and the
 cause; nothing half-loaded is kept.
+
+A model has a backend: ``"transformers"`` (the default: ``model`` is the HF model, in this process) or
+``"vllm"`` (``model`` is None and ``engine`` is a :class:`~posttrain_worker.models.vllm_engine.VllmEngine`
+holding the weights; generation and scoring go through it, training cannot use it). The tokenizer is the
+HF tokenizer in both cases, so chat templates and decoded text do not depend on the backend.
 """
 
 from __future__ import annotations
@@ -21,7 +26,12 @@ from posttrain_worker.models.errors import (
     MODEL_NOT_FOUND,
     MODEL_NOT_LOADED,
 )
+from posttrain_worker.models.vllm_engine import VllmEngine, VllmOptions
+from posttrain_worker.models.vllm_import import import_vllm
 from posttrain_worker.protocol.errors import WorkerFailure
+
+BACKENDS = ("transformers", "vllm")
+"""Model backends ``load_model`` accepts; ``"vllm"`` needs the vllm package (see ``vllm_import``)."""
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -38,29 +48,58 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.mo
 class LoadedModel:
     name: str
     path: str
-    model: Any  # transformers.PreTrainedModel
+    model: Any  # transformers.PreTrainedModel; None when backend is "vllm"
     tokenizer: Any  # transformers.PreTrainedTokenizerBase
     dtype: str
     device: torch.device
+    policy_version: int = 0
+    """Bumped by every weight sync into (or out of) this model (docs/training.md, "Weight sync")."""
+    backend: str = "transformers"
+    """``"transformers"`` or ``"vllm"`` (then ``model`` is None and ``engine`` holds the weights)."""
+    engine: VllmEngine | None = None
 
     def describe(self) -> dict[str, Any]:
-        """JSON facts: parameter count, memory, vocabulary, context length, special tokens."""
+        """JSON facts: parameter count, memory, vocabulary, context length, special tokens, backend."""
+        facts = self._model_facts()
+        return {
+            "name": self.name,
+            "path": self.path,
+            "modelType": facts["modelType"],
+            "dtype": self.dtype,
+            "device": str(self.device),
+            "parameters": facts["parameters"],
+            "memoryBytes": facts["memoryBytes"],
+            "vocabSize": len(self.tokenizer),
+            "maxPositionEmbeddings": facts["maxPositionEmbeddings"],
+            "eosTokenId": self.tokenizer.eos_token_id,
+            "padTokenId": self.tokenizer.pad_token_id,
+            "hasChatTemplate": bool(getattr(self.tokenizer, "chat_template", None)),
+            "policyVersion": self.policy_version,
+            "backend": self.backend,
+            "engine": facts["engine"],
+        }
+
+    def _model_facts(self) -> dict[str, Any]:
+        if self.engine is not None:  # the context length is the engine's max_model_len
+            engine = self.engine
+            return {
+                "modelType": engine.model_type,
+                "parameters": engine.parameters,
+                "memoryBytes": engine.memory_bytes,
+                "maxPositionEmbeddings": engine.max_model_len,
+                "engine": engine.engine,
+            }
+        import transformers
+
         params = list(self.model.parameters())
         buffers = list(self.model.buffers())
         config = self.model.config
         return {
-            "name": self.name,
-            "path": self.path,
             "modelType": str(config.model_type),
-            "dtype": self.dtype,
-            "device": str(self.device),
             "parameters": sum(p.numel() for p in params),
             "memoryBytes": sum(t.numel() * t.element_size() for t in (*params, *buffers)),
-            "vocabSize": len(self.tokenizer),
             "maxPositionEmbeddings": getattr(config, "max_position_embeddings", None),
-            "eosTokenId": self.tokenizer.eos_token_id,
-            "padTokenId": self.tokenizer.pad_token_id,
-            "hasChatTemplate": bool(getattr(self.tokenizer, "chat_template", None)),
+            "engine": f"transformers {transformers.__version__}",
         }
 
 
@@ -93,32 +132,89 @@ class ModelStore:
             return loaded
 
     def load(
-        self, name: str, path: str, dtype: str, device: torch.device, replace: bool = False
+        self,
+        name: str,
+        path: str,
+        dtype: str,
+        device: torch.device,
+        replace: bool = False,
+        *,
+        backend: str = "transformers",
+        vllm_options: VllmOptions | None = None,
     ) -> LoadedModel:
+        """Loads ``path`` under ``name``. Replacing a model that runs on a vLLM engine stops that engine
+        first (its GPU memory is needed), so the name is left unloaded when the new load then fails."""
         with self._lock:
-            if name in self._models and not replace:
+            previous = self._models.get(name)
+            if previous is not None and not replace:
                 raise WorkerFailure(
                     MODEL_ALREADY_LOADED,
-                    f"a model named {name!r} is already loaded from {self._models[name].path}; "
+                    f"a model named {name!r} is already loaded from {previous.path}; "
                     "unload it first or pass replace",
                 )
-        loaded = LoadedModel(name, path, *_load(path, dtype, device), dtype=dtype, device=device)
+        if previous is not None and previous.engine is not None:
+            self.unload(name)
+        if backend == "vllm":
+            engine, tokenizer = _load_vllm(path, dtype, vllm_options or VllmOptions())
+            loaded = LoadedModel(name, path, None, tokenizer, dtype, device, backend="vllm", engine=engine)
+        else:
+            loaded = LoadedModel(name, path, *_load(path, dtype, device), dtype=dtype, device=device)
         with self._lock:
             self._models[name] = loaded
         return loaded
+
+    def add(self, loaded: LoadedModel, replace: bool = False) -> None:
+        """Registers an already built model (a clone or an alias of another one) under ``loaded.name``."""
+        with self._lock:
+            if loaded.name in self._models and not replace:
+                raise WorkerFailure(
+                    MODEL_ALREADY_LOADED,
+                    f"a model named {loaded.name!r} is already loaded from {self._models[loaded.name].path}; "
+                    "unload it first or pass replace",
+                )
+            self._models[loaded.name] = loaded
 
     def unload(self, name: str) -> None:
         loaded = self.get(name)
         with self._lock:
             self._models.pop(name, None)
+        if loaded.engine is not None:
+            loaded.engine.shutdown()
         del loaded
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
 
 def _load(path: str, dtype: str, device: torch.device) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM
+
+    expanded, _config, tokenizer = _open(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(expanded, dtype=DTYPES[dtype])
+    except Exception as exc:  # safetensors, torch and transformers each raise their own types here
+        raise WorkerFailure(
+            MODEL_LOAD_FAILED,
+            f"{path}: the weights could not be loaded ({type(exc).__name__}: {exc})",
+            {"path": path},
+        ) from None
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def _load_vllm(path: str, dtype: str, options: VllmOptions) -> tuple[VllmEngine, Any]:
+    vllm = import_vllm()  # BACKEND_UNAVAILABLE before anything else
+    expanded, config, tokenizer = _open(path)
+    engine = VllmEngine.create(
+        vllm, expanded, config=config, tokenizer=tokenizer, dtype=dtype, options=options
+    )
+    return engine, tokenizer
+
+
+def _open(path: str) -> tuple[str, Any, Any]:
+    """``(expanded path, config, tokenizer)`` after the checks every backend shares."""
     # transformers is imported here, not at module load: the worker starts without paying for it.
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     expanded = os.path.expanduser(path)
@@ -152,14 +248,4 @@ def _load(path: str, dtype: str, device: torch.device) -> tuple[Any, Any]:
         raise WorkerFailure(
             MODEL_LOAD_FAILED, f"{path}: the tokenizer could not be loaded ({exc})", {"path": path}
         ) from None
-    try:
-        model = AutoModelForCausalLM.from_pretrained(expanded, dtype=DTYPES[dtype])
-    except Exception as exc:  # safetensors, torch and transformers each raise their own types here
-        raise WorkerFailure(
-            MODEL_LOAD_FAILED,
-            f"{path}: the weights could not be loaded ({type(exc).__name__}: {exc})",
-            {"path": path},
-        ) from None
-    model.to(device)
-    model.eval()
-    return model, tokenizer
+    return expanded, config, tokenizer

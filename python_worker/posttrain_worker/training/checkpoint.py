@@ -1,0 +1,260 @@
+"""Trainer checkpoints: a directory that is both a Hugging Face model and a resumable training state.
+
+Layout of ``DIR`` (docs/training.md, "Checkpoints"):
+
+- the model as ``save_pretrained`` writes it (``config.json``, ``model.safetensors``; with LoRA the
+  adapter's ``adapter_config.json`` and ``adapter_model.safetensors``) and the tokenizer, so ``load_model``
+  takes ``DIR``;
+- ``optimizer.pt``, ``scheduler.pt``, ``rng.pt``: ``torch.save`` of the state dicts (files, never the wire;
+  read back with ``weights_only=True``);
+- ``trainer_state.json``, written last: step, policy version, the caller's data position, the trainer config.
+
+Everything is written into ``DIR.tmp-<random>`` and fsynced, then renamed into place: a kill at any moment
+leaves the previous ``DIR`` whole. (Replacing an existing ``DIR`` is two renames, ``DIR`` ->
+``DIR.old-<random>`` then the new one -> ``DIR``; a kill between the two leaves ``DIR.old-*``, which ``load``
+renames back.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posttrain_worker.protocol.errors import BAD_ARGUMENTS, WorkerFailure
+from posttrain_worker.training.errors import CHECKPOINT_INVALID, CHECKPOINT_NOT_FOUND
+from posttrain_worker.training.lora import is_peft_model
+from posttrain_worker.training.trainer import Trainer
+
+FORMAT_VERSION = 1
+STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+SCHEDULER_FILE = "scheduler.pt"
+RNG_FILE = "rng.pt"
+TEST_ONLY_SLEEP_ENV = "POSTTRAIN_TEST_ONLY_CHECKPOINT_SLEEP_S"
+"""Test-only: seconds to sleep inside a save, after the weights and the optimizer state are written and before
+the rest, so a test can kill the worker mid-save. Never set it outside tests."""
+
+
+def _fsync_tree(path: Path) -> None:
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(root))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _save_model(trainer: Trainer, out: Path) -> None:
+    from transformers.utils import logging as hf_logging
+
+    progress_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        trainer.model.save_pretrained(out, safe_serialization=True)
+    finally:
+        if progress_was_on:
+            hf_logging.enable_progress_bar()
+    trainer.loaded.tokenizer.save_pretrained(out)
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (path / STATE_FILE).is_file()
+
+
+def save_checkpoint(method: str, trainer: Trainer, directory: str, data_position: Any) -> dict[str, Any]:
+    """Writes the checkpoint atomically; returns its ``trainer_state.json`` content plus the path."""
+    final = Path(directory).expanduser().absolute()
+    if final.exists() and not final.is_dir():
+        raise WorkerFailure(BAD_ARGUMENTS, f"{method}: {final} exists and is not a directory")
+    if final.is_dir() and any(final.iterdir()) and not _is_checkpoint(final):
+        raise WorkerFailure(
+            BAD_ARGUMENTS,
+            f"{method}: {final} is a non-empty directory that is not a checkpoint; refusing to replace it",
+        )
+    final.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(4)
+    tmp = final.with_name(f"{final.name}.tmp-{token}")
+    tmp.mkdir()
+    try:
+        _save_model(trainer, tmp)
+        torch.save(trainer.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        delay = os.environ.get(TEST_ONLY_SLEEP_ENV)
+        if delay:
+            time.sleep(float(delay))
+        torch.save(trainer.scheduler.state_dict(), tmp / SCHEDULER_FILE)
+        torch.save(_rng_state(), tmp / RNG_FILE)
+        state = {
+            "format": FORMAT_VERSION,
+            "step": trainer.step_count,
+            "policyVersion": trainer.loaded.policy_version,
+            "dataPosition": data_position,
+            "model": {"name": trainer.loaded.name, "path": trainer.loaded.path},
+            "lora": is_peft_model(trainer.model),
+            **trainer.config.to_json(),
+        }
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", "utf-8")
+        _fsync_tree(tmp)
+        _swap_into_place(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _remove_stale(final)
+    return {**state, "path": str(final)}
+
+
+def _swap_into_place(tmp: Path, final: Path) -> None:
+    if final.exists():
+        old = final.with_name(f"{final.name}.old-{secrets.token_hex(4)}")
+        os.rename(final, old)
+        os.rename(tmp, final)
+        _fsync_dir(final.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
+        _fsync_dir(final.parent)
+
+
+def _remove_stale(final: Path) -> None:
+    """Leftovers of saves killed earlier (``DIR.tmp-*``), and of replaced checkpoints (``DIR.old-*``)."""
+    for sibling in final.parent.glob(f"{final.name}.tmp-*"):
+        shutil.rmtree(sibling, ignore_errors=True)
+    for sibling in final.parent.glob(f"{final.name}.old-*"):
+        shutil.rmtree(sibling, ignore_errors=True)
+
+
+def _recover(final: Path) -> None:
+    """A kill between the two renames of a replacing save leaves only ``DIR.old-*``: put it back."""
+    if final.exists():
+        return
+    olds = sorted(
+        (p for p in final.parent.glob(f"{final.name}.old-*") if _is_checkpoint(p)),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if olds:
+        os.rename(olds[-1], final)
+        _fsync_dir(final.parent)
+
+
+def _read_tensors(directory: Path, prefix: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for file in sorted(directory.glob(f"{prefix}*.safetensors")):
+        tensors.update(load_file(str(file)))
+    return tensors
+
+
+def _prepare_weights(method: str, trainer: Trainer, directory: Path) -> Callable[[], None]:
+    """Reads and checks the checkpoint's weights; returns the function that copies them into the model."""
+    model = trainer.model
+    if is_peft_model(model):
+        from peft import set_peft_model_state_dict
+
+        adapter = _read_tensors(directory, "adapter_model")
+        if not adapter:
+            raise WorkerFailure(
+                CHECKPOINT_INVALID, f"{method}: {directory} holds no adapter_model.safetensors"
+            )
+        return lambda: set_peft_model_state_dict(model, adapter)
+    tensors = _read_tensors(directory, "model")
+    params = list(model.named_parameters())
+    missing = [name for name, _ in params if name not in tensors]
+    if missing:
+        raise WorkerFailure(
+            CHECKPOINT_INVALID,
+            f"{method}: {directory} lacks {len(missing)} parameter(s) of the model, e.g. {missing[0]!r}",
+            {"missing": missing[:20]},
+        )
+    for name, param in params:
+        if tuple(tensors[name].shape) != tuple(param.shape):
+            raise WorkerFailure(
+                CHECKPOINT_INVALID,
+                f"{method}: {name} has shape {list(tensors[name].shape)} in the checkpoint, "
+                f"{list(param.shape)} in the model",
+            )
+
+    @torch.no_grad()
+    def apply() -> None:
+        for name, param in params:
+            param.copy_(tensors[name])
+
+    return apply
+
+
+def load_checkpoint(method: str, trainer: Trainer, directory: str) -> dict[str, Any]:
+    """Restores weights, optimizer, schedule, RNG, step and policy version; returns the saved state."""
+    final = Path(directory).expanduser().absolute()
+    _recover(final)
+    if not final.is_dir():
+        raise WorkerFailure(
+            CHECKPOINT_NOT_FOUND, f"{method}: no checkpoint directory at {final}", {"path": str(final)}
+        )
+    missing = [f for f in (STATE_FILE, OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE) if not (final / f).is_file()]
+    if missing:
+        raise WorkerFailure(
+            CHECKPOINT_INVALID,
+            f"{method}: {final} is not a complete checkpoint (missing {', '.join(missing)})",
+            {"missing": missing},
+        )
+    try:
+        state = json.loads((final / STATE_FILE).read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise WorkerFailure(CHECKPOINT_INVALID, f"{method}: unreadable {STATE_FILE}: {exc}") from None
+    saved_type = (state.get("optimizer") or {}).get("type")
+    if saved_type != trainer.config.optimizer.type:
+        raise WorkerFailure(
+            CHECKPOINT_INVALID,
+            f"{method}: the checkpoint's optimizer is {saved_type!r}, this trainer's is "
+            f"{trainer.config.optimizer.type!r}",
+        )
+    if bool(state.get("lora")) != is_peft_model(trainer.model):
+        raise WorkerFailure(CHECKPOINT_INVALID, f"{method}: the checkpoint and this trainer disagree on LoRA")
+    optimizer_state = torch.load(final / OPTIMIZER_FILE, weights_only=True, map_location="cpu")
+    scheduler_state = torch.load(final / SCHEDULER_FILE, weights_only=True)
+    rng_state = torch.load(final / RNG_FILE, weights_only=True)
+    apply_weights = _prepare_weights(method, trainer, final)
+    try:
+        trainer.optimizer.load_state_dict(optimizer_state)
+    except (ValueError, KeyError) as exc:
+        raise WorkerFailure(
+            CHECKPOINT_INVALID, f"{method}: the optimizer state does not fit: {exc}"
+        ) from None
+    apply_weights()
+    trainer.scheduler.load_state_dict(scheduler_state)
+    _set_rng_state(rng_state)
+    trainer.step_count = int(state["step"])
+    trainer.loaded.policy_version = int(state["policyVersion"])
+    return {**state, "path": str(final)}

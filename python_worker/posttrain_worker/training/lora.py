@@ -1,0 +1,76 @@
+"""Optional LoRA adapters through ``peft`` (docs/training.md, "LoRA").
+
+``peft`` is an optional extra of the worker (``pip install posttrain-worker[lora]``); asking for LoRA without
+it is ``LORA_UNAVAILABLE``. With LoRA only the adapter weights train; the base weights stay frozen.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+from posttrain_worker.protocol.errors import WorkerFailure
+from posttrain_worker.training.errors import LORA_UNAVAILABLE
+from posttrain_worker.training.fields import SectionReader
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    r: int
+    alpha: float
+    dropout: float
+    target_modules: tuple[str, ...] | None
+    """Module names to adapt (``q_proj``, ...); ``None`` lets peft pick its default for the architecture."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "r": self.r,
+            "alpha": self.alpha,
+            "dropout": self.dropout,
+            "targetModules": list(self.target_modules) if self.target_modules is not None else None,
+        }
+
+
+def parse_lora(method: str, raw: Any) -> LoraConfig:
+    """``{r, alpha?, dropout?, targetModules?}``; ``alpha`` defaults to ``2 r``."""
+    reader = SectionReader(method, "lora", raw)
+    r = reader.integer(reader.key("r"), minimum=1)
+    assert r is not None
+    alpha = reader.number(reader.key("alpha"), required=False, default=2.0 * r, minimum=0)
+    dropout = reader.number(reader.key("dropout"), required=False, default=0.0, minimum=0, maximum=1)
+    targets = reader.strings(reader.key("targetModules"), required=False)
+    reader.finish()
+    assert alpha is not None and dropout is not None
+    if targets is not None and not targets:
+        raise reader.fail(f'"{reader.key("targetModules")}" must not be empty (leave it out for the default)')
+    return LoraConfig(r, alpha, dropout, tuple(targets) if targets is not None else None)
+
+
+def peft_available() -> bool:
+    return importlib.util.find_spec("peft") is not None
+
+
+def apply_lora(model: Any, config: LoraConfig) -> Any:
+    """``model`` wrapped by peft with fresh adapters (the base weights frozen), or ``LORA_UNAVAILABLE``."""
+    if not peft_available():
+        raise WorkerFailure(
+            LORA_UNAVAILABLE,
+            "LoRA needs the peft package, which is not installed in this worker's environment "
+            "(pip install 'posttrain-worker[lora]')",
+        )
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    peft_config = PeftLoraConfig(
+        r=config.r,
+        lora_alpha=config.alpha,
+        lora_dropout=config.dropout,
+        target_modules=list(config.target_modules) if config.target_modules is not None else None,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_config)
+
+
+def is_peft_model(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")

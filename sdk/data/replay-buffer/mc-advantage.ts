@@ -1,0 +1,249 @@
+/**
+ * TorchRL's `MCAdvantage`: the group-relative (GRPO) advantage, computed as a replay-buffer write transform.
+ */
+import { z } from "zod";
+import type { JsonObject } from "../message.js";
+import type { NestedKey } from "../../tensordict/keys.js";
+import { RaggedTensor } from "../../tensordict/ragged.js";
+import { Tensor } from "../../tensordict/tensor.js";
+import type { TensorDict } from "../../tensordict/tensordict.js";
+import { parseOptions } from "../../workers/options.js";
+import { lazyCat } from "./collate.js";
+import { InvalidArgumentError } from "./errors.js";
+import { NestedKeySchema } from "./options.js";
+import { leafNumbers, reduce } from "./reduce.js";
+import { groupId, likeReward, splitTrajectories } from "./trajectories.js";
+import type { ReplayBufferTransform } from "./transform.js";
+
+/** Options of {@link MCAdvantage} (TorchRL's names, camelCased). */
+export const MCAdvantageOptionsSchema = z
+  .strictObject({
+    /** Trajectories per group: the advantage is computed once this many have arrived for one group id. */
+    grpoSize: z.number().int().min(1),
+    /** The group id: the prompt (string or History) or a tensor id, read at a trajectory's first step (default `"query"`, TorchRL's). */
+    promptKey: NestedKeySchema.default("query"),
+    /** The reward leaf, dense or ragged (default `["next", "reward"]`). */
+    rewardsKey: NestedKeySchema.default(["next", "reward"]),
+    /** Where the advantage is written, laid out like the reward (default `"advantage"`). */
+    advantageKey: NestedKeySchema.default("advantage"),
+    /** The done leaf that ends a trajectory (default `["next", "done"]`). */
+    doneKey: NestedKeySchema.default(["next", "done"]),
+    /**
+     * Unset (default): every reward element of the group is normalised over all of them (per-step mode). `"sum"`,
+     * `"max"` or `"mean"`: each trajectory is reduced to one return, the returns are normalised across the group and
+     * each trajectory's advantage is broadcast over its reward leaf.
+     */
+    trajectoryReturn: z.enum(["sum", "max", "mean"]).optional(),
+    /** Dynamic sampling: drop a group unless `low < mean return < high` (exclusive; needs `trajectoryReturn`). */
+    keepReturnBounds: z.tuple([z.number(), z.number()]).optional(),
+    /** The floor of the standard deviation in `(r − mean) / max(std, eps)` (default 1e-6, TorchRL's). */
+    eps: z.number().positive().default(1e-6),
+  })
+  .superRefine((o, ctx) => {
+    if (o.trajectoryReturn !== undefined && o.grpoSize < 2) {
+      ctx.addIssue({ code: "custom", path: ["grpoSize"], message: "trajectoryReturn needs grpoSize >= 2 (the std of a single return is undefined)" });
+    }
+    if (o.keepReturnBounds !== undefined) {
+      if (o.trajectoryReturn === undefined) {
+        ctx.addIssue({ code: "custom", path: ["keepReturnBounds"], message: "needs trajectoryReturn ('sum', 'max' or 'mean'): the bounds apply to trajectory returns" });
+      } else if (!(o.keepReturnBounds[0] < o.keepReturnBounds[1])) {
+        ctx.addIssue({ code: "custom", path: ["keepReturnBounds"], message: `must be an increasing [low, high] pair, got ${JSON.stringify(o.keepReturnBounds)}` });
+      }
+    }
+  });
+
+/** Options of {@link MCAdvantage}. */
+export type MCAdvantageOptions = z.input<typeof MCAdvantageOptionsSchema>;
+
+/** Counters of {@link MCAdvantage} (TorchRL's `get_stats()`, camelCased). */
+export interface MCAdvantageStats {
+  /** Complete trajectories received. */
+  readonly completedTrajectories: number;
+  /** Steps of those trajectories. */
+  readonly completedDecisions: number;
+  /** Sum of the trajectories' summed rewards (`trajectoryReturn` mode only, as TorchRL). */
+  readonly trajectoryReturnSum: number;
+  /** Largest summed reward of a trajectory (`trajectoryReturn` mode only; -Infinity before any). */
+  readonly trajectoryReturnMax: number;
+  /** Trajectories whose summed reward is > 0 (`trajectoryReturn` mode only). */
+  readonly successfulTrajectories: number;
+  /** Groups that reached `grpoSize` trajectories. */
+  readonly completedGroups: number;
+  /** Groups written to the buffer with their advantage. */
+  readonly writtenGroups: number;
+  /** Groups dropped by `keepReturnBounds`. */
+  readonly droppedGroups: number;
+  /** Incomplete groups held in memory. */
+  readonly queuedGroups: number;
+  /** Trajectories held in those groups. */
+  readonly queuedTrajectories: number;
+  /** The most trajectories held for one group. */
+  readonly maxQueuedTrajectoriesPerGroup: number;
+}
+
+type Counters = { -readonly [K in Exclude<keyof MCAdvantageStats, `queued${string}` | "maxQueuedTrajectoriesPerGroup">]: number };
+
+const zeroCounters = (): Counters => ({
+  completedTrajectories: 0,
+  completedDecisions: 0,
+  trajectoryReturnSum: 0,
+  trajectoryReturnMax: -Infinity,
+  successfulTrajectories: 0,
+  completedGroups: 0,
+  writtenGroups: 0,
+  droppedGroups: 0,
+});
+
+const CountersStateSchema = z.strictObject({
+  completedTrajectories: z.number().int().min(0),
+  completedDecisions: z.number().int().min(0),
+  trajectoryReturnSum: z.number(),
+  trajectoryReturnMax: z.number().nullable(),
+  successfulTrajectories: z.number().int().min(0),
+  completedGroups: z.number().int().min(0),
+  writtenGroups: z.number().int().min(0),
+  droppedGroups: z.number().int().min(0),
+});
+
+/** Mean and unbiased (Bessel-corrected, as `torch.std`) standard deviation; the std of one value is NaN. */
+function meanStd(values: ArrayLike<number>): { mean: number; std: number } {
+  const n = values.length;
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += values[i]!;
+  const mean = sum / n;
+  let sq = 0;
+  for (let i = 0; i < n; i++) sq += (values[i]! - mean) ** 2;
+  return { mean, std: Math.sqrt(sq / (n - 1)) };
+}
+
+/** `Math.max` that keeps a NaN, as `torch.clamp_min`. */
+const clampMin = (x: number, floor: number): number => (Number.isNaN(x) ? x : Math.max(x, floor));
+
+function rewardLeaf(td: TensorDict, key: NestedKey): Tensor | RaggedTensor {
+  const value = td.get(key);
+  if (value instanceof Tensor || value instanceof RaggedTensor) return value;
+  throw new InvalidArgumentError(`MCAdvantage: the reward key ${JSON.stringify(key)} must hold a dense or ragged tensor`);
+}
+
+/**
+ * The Monte-Carlo (GRPO) advantage as a replay-buffer transform (TorchRL's `MCAdvantage`). Written trajectories are
+ * held per group id (the prompt) until `grpoSize` of them have arrived; the whole group is then written with
+ * `A = (r − mean) / max(std, eps)` under `advantageKey`, `std` being the unbiased standard deviation (as `torch.std`).
+ *
+ * Writes must hold whole trajectories (the last step done); see docs/replay-buffer.md for the modes and counters.
+ */
+export class MCAdvantage implements ReplayBufferTransform {
+  readonly name = "MCAdvantage";
+  readonly #options: z.output<typeof MCAdvantageOptionsSchema>;
+  readonly #queues = new Map<string, TensorDict[]>();
+  #counters = zeroCounters();
+
+  constructor(options: MCAdvantageOptions) {
+    this.#options = parseOptions(MCAdvantageOptionsSchema, options, "MCAdvantage options");
+  }
+
+  /** The resolved options (defaults filled in). */
+  get config(): Readonly<z.output<typeof MCAdvantageOptionsSchema>> {
+    return this.#options;
+  }
+
+  /** The counters and the queue sizes. */
+  get stats(): MCAdvantageStats {
+    let queued = 0;
+    let most = 0;
+    for (const queue of this.#queues.values()) {
+      queued += queue.length;
+      most = Math.max(most, queue.length);
+    }
+    return { ...this.#counters, queuedGroups: this.#queues.size, queuedTrajectories: queued, maxQueuedTrajectoriesPerGroup: most };
+  }
+
+  /** Resets the counters (the held trajectories stay). */
+  resetStats(): void {
+    this.#counters = zeroCounters();
+  }
+
+  /** Forgets the held (incomplete) groups. */
+  clearQueues(): void {
+    this.#queues.clear();
+  }
+
+  /**
+   * The write path: queues the trajectories of `td` and returns the groups they complete (concatenated, with the
+   * advantage), or `null` when none is complete. Throws INCOMPLETE_TRAJECTORY (nothing queued) when `td` ends with
+   * a step that is not done.
+   */
+  inv(td: TensorDict): TensorDict | null {
+    const trajectories = splitTrajectories(td, this.#options.doneKey, "MCAdvantage");
+    const ids = trajectories.map((t) => groupId(t, this.#options.promptKey, "MCAdvantage"));
+    const out: TensorDict[] = [];
+    trajectories.forEach((trajectory, i) => {
+      const group = this.#push(ids[i]!, trajectory);
+      if (group !== null) out.push(group);
+    });
+    return out.length === 0 ? null : lazyCat(out);
+  }
+
+  /** The read path: unchanged. */
+  forward(td: TensorDict): TensorDict {
+    return td;
+  }
+
+  #push(id: string, trajectory: TensorDict): TensorDict | null {
+    const o = this.#options;
+    const c = this.#counters;
+    c.completedTrajectories += 1;
+    c.completedDecisions += trajectory.numel();
+    if (o.trajectoryReturn !== undefined) {
+      const total = reduce(leafNumbers(trajectory, o.rewardsKey, "MCAdvantage"), "sum");
+      c.trajectoryReturnSum += total;
+      c.trajectoryReturnMax = Math.max(c.trajectoryReturnMax, total);
+      if (total > 0) c.successfulTrajectories += 1;
+    }
+    const queue = this.#queues.get(id) ?? [];
+    queue.push(trajectory.clone()); // held past this call: not a view of the caller's data
+    this.#queues.set(id, queue);
+    if (queue.length < o.grpoSize) return null;
+    this.#queues.delete(id);
+    c.completedGroups += 1;
+    const group = o.trajectoryReturn === undefined ? this.#perStep(queue) : this.#perTrajectory(queue, o.trajectoryReturn);
+    if (group === null) c.droppedGroups += 1;
+    else c.writtenGroups += 1;
+    return group;
+  }
+
+  #perStep(trajectories: readonly TensorDict[]): TensorDict {
+    const group = lazyCat(trajectories);
+    const reward = rewardLeaf(group, this.#options.rewardsKey);
+    const values = leafNumbers(group, this.#options.rewardsKey, "MCAdvantage");
+    const { mean, std } = meanStd(values);
+    const scale = clampMin(std, this.#options.eps);
+    return group.set(this.#options.advantageKey, likeReward(reward, values.map((r) => (r - mean) / scale)));
+  }
+
+  #perTrajectory(trajectories: readonly TensorDict[], mode: "sum" | "max" | "mean"): TensorDict | null {
+    const o = this.#options;
+    const returns = trajectories.map((t) => reduce(leafNumbers(t, o.rewardsKey, "MCAdvantage"), mode));
+    const { mean, std } = meanStd(returns);
+    if (o.keepReturnBounds !== undefined && !(o.keepReturnBounds[0] < mean && mean < o.keepReturnBounds[1])) return null;
+    const scale = clampMin(std, o.eps);
+    const withAdvantage = trajectories.map((t, i) => {
+      const reward = rewardLeaf(t, o.rewardsKey);
+      const advantage = (returns[i]! - mean) / scale;
+      return t.exclude().set(o.advantageKey, likeReward(reward, new Float64Array(reward.numel()).fill(advantage)));
+    });
+    return lazyCat(withAdvantage);
+  }
+
+  /** The counters, for `ReplayBuffer.save` (held trajectories are not saved). */
+  state(): JsonObject {
+    const c = this.#counters;
+    return { ...c, trajectoryReturnMax: Number.isFinite(c.trajectoryReturnMax) ? c.trajectoryReturnMax : null };
+  }
+
+  /** Restores counters saved by {@link state}. */
+  loadState(state: JsonObject): void {
+    const parsed = parseOptions(CountersStateSchema, state, "MCAdvantage state");
+    this.#counters = { ...parsed, trajectoryReturnMax: parsed.trajectoryReturnMax ?? -Infinity };
+  }
+}

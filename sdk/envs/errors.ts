@@ -1,0 +1,95 @@
+/**
+ * Typed errors thrown by `sdk/envs`. Each one is a {@link PosttrainError} with a stable `code`; the fields say which
+ * file, row, field, reward or sample the problem is in, so callers need not parse messages.
+ */
+import { InvalidArgumentError, PosttrainError } from "../../bridge/errors.js";
+
+export { InvalidArgumentError, PosttrainError };
+
+/** A dataset file that does not exist or cannot be read. Code `DATASET_NOT_FOUND`. */
+export class DatasetNotFoundError extends PosttrainError {
+  /** The path as given. */
+  readonly file: string;
+
+  constructor(file: string, reason: string, options?: { cause?: unknown }) {
+    super("DATASET_NOT_FOUND", `dataset ${JSON.stringify(file)}: ${reason}`, options);
+    this.file = file;
+  }
+}
+
+/**
+ * A dataset file whose content is not what its format promises (a JSONL line that is not a JSON object, a Parquet
+ * or Arrow file that does not parse, an unknown extension). Code `DATASET_FORMAT`. `row` is the 0-based row (for
+ * JSONL, the line number is `row + 1`) when the problem is in one row.
+ */
+export class DatasetFormatError extends PosttrainError {
+  /** The file. */
+  readonly file: string;
+  /** The 0-based row, when the problem is in one row. */
+  readonly row: number | undefined;
+
+  constructor(file: string, reason: string, row?: number, options?: { cause?: unknown }) {
+    super("DATASET_FORMAT", `dataset ${JSON.stringify(file)}${row === undefined ? "" : `, row ${row}`}: ${reason}`, options);
+    this.file = file;
+    this.row = row;
+  }
+}
+
+/**
+ * A dataset row that lacks a field the environment needs, or holds a value of the wrong type. Code
+ * `DATASET_FIELD`. The message names the file, the 0-based row and the field.
+ */
+export class DatasetFieldError extends PosttrainError {
+  /** The file. */
+  readonly file: string;
+  /** The 0-based row in that file. */
+  readonly row: number;
+  /** The dataset field (column). */
+  readonly field: string;
+
+  constructor(file: string, row: number, field: string, reason: string) {
+    super("DATASET_FIELD", `dataset ${JSON.stringify(file)}, row ${row}, field ${JSON.stringify(field)}: ${reason}`);
+    this.file = file;
+    this.row = row;
+    this.field = field;
+  }
+}
+
+/** Every epoch asked for (`epochs`) has been delivered. Code `DATASET_EXHAUSTED`. */
+export class DatasetExhaustedError extends PosttrainError {
+  /** The number of epochs that were delivered. */
+  readonly epochs: number;
+
+  constructor(epochs: number) {
+    super("DATASET_EXHAUSTED", `the dataset is exhausted: all ${epochs} epoch(s) were delivered (reset the primer or raise epochs)`);
+    this.epochs = epochs;
+  }
+}
+
+/**
+ * A reward function that threw (or returned a value that is not a finite number) for one sample, when no default
+ * is configured. Code `REWARD_FAILED`; the original error is the `cause`.
+ */
+export class RewardError extends PosttrainError {
+  /** The reward's name. */
+  readonly reward: string;
+  /** The sample's row in the batch (row-major over the batch size). */
+  readonly sampleIndex: number;
+  /** The sample's id, when the data has one. */
+  readonly sampleId: string | undefined;
+
+  constructor(reward: string, sampleIndex: number, sampleId: string | undefined, reason: string, options?: { cause?: unknown }) {
+    const id = sampleId === undefined ? "" : ` (id ${JSON.stringify(sampleId)})`;
+    super("REWARD_FAILED", `reward ${JSON.stringify(reward)} failed on sample ${sampleIndex}${id}: ${reason}`, options);
+    this.reward = reward;
+    this.sampleIndex = sampleIndex;
+    this.sampleId = sampleId;
+  }
+}
+
+/** An environment used out of order, e.g. `step` on data that lacks the policy's output. Code `ENV_STATE`. */
+export class EnvStateError extends PosttrainError {
+  constructor(message: string) {
+    super("ENV_STATE", message);
+  }
+}

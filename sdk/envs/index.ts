@@ -1,0 +1,77 @@
+/**
+ * Environments (TorchRL's `EnvBase`, `TransformedEnv`, `ChatEnv`, `DatasetChatEnv`), their transforms, dataset
+ * loading and rewards. See docs/envs.md.
+ */
+export * from "./keys.js";
+export {
+  DatasetExhaustedError,
+  DatasetFieldError,
+  DatasetFormatError,
+  DatasetNotFoundError,
+  EnvStateError,
+  RewardError,
+} from "./errors.js";
+export {
+  callPolicy,
+  EnvBase,
+  EnvBaseOptionsSchema,
+  RolloutOptionsSchema,
+  throwIfAborted,
+  type EnvBaseOptions,
+  type EnvCallOptions,
+  type MaybePromise,
+  type Policy,
+  type RolloutOptions,
+} from "./env-base.js";
+export { appendTransform, Compose, Transform, TransformedEnv } from "./transform.js";
+export { clearDone, completeDoneKeys, flagColumn, markDone, mergeRows, readColumn, readFlags, rewardColumn, selectRows } from "./rows.js";
+export { StepCounter, StepCounterOptionsSchema, type StepCounterOptions } from "./transforms/step-counter.js";
+export * from "./tools/index.js";
+export * from "./tasks/index.js";
+export { ChatEnv, ChatEnvOptionsSchema, WorkerTokenizerSchema, type ChatEnvOptions, type WorkerTokenizer } from "./chat-env.js";
+export { DatasetChatEnv, DatasetChatEnvOptionsSchema, type DatasetChatEnvOptions } from "./dataset-chat-env.js";
+export {
+  DataLoadingPrimer,
+  DataLoadingPrimerOptionsSchema,
+  DataPositionSchema,
+  type DataLoadingPrimerOptions,
+  type DataPosition,
+} from "./data/primer.js";
+export { FieldSpecSchema, FieldsSchema, type DatasetColumns, type FieldKind, type FieldSpec, type Fields } from "./data/fields.js";
+export { DATASET_EXTENSIONS, readDatasetFile, type DatasetFile } from "./data/read.js";
+export type { DatasetRow } from "./data/plain.js";
+export { seededPermutation } from "./data/shuffle.js";
+export { mapBounded } from "./concurrency.js";
+export {
+  RewardSpecSchema,
+  RewardTransform,
+  RewardTransformOptionsSchema,
+  type FieldValue,
+  type RewardFn,
+  type RewardSample,
+  type RewardSpec,
+  type RewardTransformOptions,
+} from "./rewards.js";
+export { PolicyVersion, PolicyVersionOptionsSchema, type PolicyVersionOptions, type VersionChange } from "./transforms/policy-version.js";
+export {
+  AddThinkingPrompt,
+  AddThinkingPromptOptionsSchema,
+  replaceLastAnswer,
+  THINKING_PROMPTS_OTHER,
+  THINKING_PROMPTS_SELF,
+  type AddThinkingPromptOptions,
+  type ThinkingCondition,
+} from "./transforms/thinking.js";
+export { maskLogProbs, RetrieveLogProb, RetrieveLogProbOptionsSchema, type RetrieveLogProbOptions } from "./transforms/log-probs.js";
+export {
+  KLComputation,
+  KLComputationOptionsSchema,
+  KLRewardTransform,
+  KLRewardTransformOptionsSchema,
+  RetrieveKL,
+  RetrieveKLOptionsSchema,
+  sequenceKl,
+  type KLComputationOptions,
+  type KLRewardTransformOptions,
+  type RetrieveKLOptions,
+} from "./transforms/kl.js";

@@ -1,0 +1,273 @@
+/**
+ * `PythonSandbox`: runs Python code blocks in a sandboxed child process — never in a GPU worker — with a
+ * wall-clock timeout, OS resource limits, no network where the OS allows it, a private temporary working
+ * directory, an isolated interpreter and captured, truncated output. See docs/tools.md.
+ */
+import { join } from "node:path";
+import { InvalidArgumentError, RequestAbortedError } from "../../../bridge/errors.js";
+import { packageRoot, resolvePython } from "../../../bridge/worker/python.js";
+import { parseOptions } from "../../workers/options.js";
+import { SandboxClosedError, SandboxUnavailableError } from "./errors.js";
+import { PythonSandboxOptionsSchema, type PythonSandboxOptions, type ResolvedSandboxOptions } from "./sandbox-options.js";
+import { readCapture } from "./sandbox-output.js";
+import { SandboxProcess, type BlockOutcome, type DriverInfo } from "./sandbox-process.js";
+import { sandboxSupport } from "./sandbox-support.js";
+
+export type { DriverInfo as SandboxInfo, LimitsApplied } from "./sandbox-process.js";
+
+/** How a code block ended. */
+export type SandboxStatus =
+  /** It ran to the end (or called `sys.exit(0)`). */
+  | "ok"
+  /** It raised an exception (the traceback is in `stderr`), e.g. `MemoryError` under the memory limit. */
+  | "error"
+  /** It ran past `timeoutMs`; the process group was killed. */
+  | "timeout"
+  /** The process died: `os._exit`, a signal (segfault, the CPU limit's SIGXCPU, the OOM killer). */
+  | "crashed";
+
+/** The result of {@link PythonSandbox.run}. */
+export interface SandboxResult {
+  readonly status: SandboxStatus;
+  /** What the block wrote to stdout (C extensions and child processes included), truncated to `maxOutputBytes`. */
+  readonly stdout: string;
+  /** What it wrote to stderr, with the traceback of an exception; truncated likewise. */
+  readonly stderr: string;
+  /** Whether the middle of stdout / stderr was left out. */
+  readonly truncated: { readonly stdout: boolean; readonly stderr: boolean };
+  /** The exception's type name for `"error"` (`"ValueError"`, `"MemoryError"`), else `null`. */
+  readonly exception: string | null;
+  /** The exit code for `"crashed"` when the process exited by itself, else `null`. */
+  readonly exitCode: number | null;
+  /** The signal for `"crashed"` when a signal killed it (`"SIGSEGV"`, `"SIGXCPU"`), else `null`. */
+  readonly signal: string | null;
+  /** One line on what went wrong (`"timed out after 2000 ms"`, `"killed by SIGSEGV (segmentation fault)"`); `""` when ok. */
+  readonly detail: string;
+  /** Persistent mode: the interpreter was lost with this block (crash or timeout); the next block starts afresh. */
+  readonly stateLost: boolean;
+  /** Wall-clock time of the block, in milliseconds. */
+  readonly durationMs: number;
+}
+
+/** Options of {@link PythonSandbox.run}. */
+export interface SandboxRunOptions {
+  /** Aborting kills the block's process; `run` then rejects with `RequestAbortedError` (code `ABORTED`). */
+  readonly signal?: AbortSignal;
+}
+
+const SIGNAL_NOTES: Readonly<Record<string, string>> = {
+  SIGSEGV: "segmentation fault",
+  SIGXCPU: "CPU time limit exceeded",
+  SIGKILL: "killed: out of memory or past a hard limit",
+  SIGABRT: "aborted",
+  SIGBUS: "bus error",
+  SIGFPE: "floating-point exception",
+};
+
+/** The driver script, shipped in the npm package under `python_worker/`. */
+export function sandboxDriverPath(): string {
+  return join(packageRoot(), "python_worker", "posttrain_worker", "sandbox", "driver.py");
+}
+
+/**
+ * A Python sandbox. Each code block runs in a child interpreter (`python -I -u`, no `PYTHONPATH`, none of the
+ * parent's environment variables) in its own process group, with `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_NOFILE` and
+ * `RLIMIT_FSIZE` set in the child, a wall-clock timeout that kills the group, no network through `unshare -rn`
+ * where the OS allows it (see {@link sandboxSupport}), and a temporary working directory removed afterwards.
+ *
+ * One-shot (default): a fresh process per block; blocks may run concurrently. Persistent: one process keeps its
+ * globals between blocks (they run one at a time) and is replaced after a crash or timeout (`stateLost`).
+ *
+ * It is a guard against mistakes and runaway code, not a security boundary against hostile code: the code runs
+ * as the same user, sees the filesystem, and may start processes. Use a container or VM for untrusted code.
+ *
+ * ```ts
+ * await using sandbox = new PythonSandbox({ timeoutMs: 2000, persistent: true });
+ * await sandbox.run("x = 6 * 7");
+ * (await sandbox.run("print(x)")).stdout; // "42\n"
+ * ```
+ */
+export class PythonSandbox implements AsyncDisposable {
+  private readonly options: ResolvedSandboxOptions;
+  private readonly python: string;
+  private readonly driver: string;
+  private readonly live = new Set<SandboxProcess>();
+  private persistentProcess: Promise<SandboxProcess> | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+  private nextId = 1;
+  private closed = false;
+
+  constructor(options: PythonSandboxOptions = {}) {
+    this.options = parseOptions(PythonSandboxOptionsSchema, options, "PythonSandbox options");
+    this.python = resolvePython(this.options.python);
+    this.driver = sandboxDriverPath();
+  }
+
+  /** The resolved options (defaults filled in). */
+  get config(): Readonly<ResolvedSandboxOptions> {
+    return this.options;
+  }
+
+  /**
+   * Runs one code block and resolves with its {@link SandboxResult}; failures of the code (exception, crash,
+   * timeout) are results, not rejections. Rejects with `SandboxStartError` when the interpreter cannot start,
+   * `SandboxUnavailableError` for `network: "blocked"` where isolation is impossible, `SandboxClosedError` after
+   * {@link close}, and `RequestAbortedError` when `signal` aborts.
+   */
+  run(code: string, options: SandboxRunOptions = {}): Promise<SandboxResult> {
+    if (typeof code !== "string") return Promise.reject(new InvalidArgumentError(`PythonSandbox.run: code must be a string, got ${typeof code}`));
+    if (this.closed) return Promise.reject(new SandboxClosedError("PythonSandbox.run: the sandbox is closed"));
+    if (!this.options.persistent) return this.runOnce(code, options.signal);
+    const next = this.queue.then(() => this.runPersistent(code, options.signal));
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Persistent mode: stops the interpreter so that the next block starts with fresh globals. */
+  async reset(): Promise<void> {
+    const next = this.queue.then(async () => {
+      const current = this.persistentProcess;
+      this.persistentProcess = undefined;
+      if (current !== undefined) await this.retire(await current.catch(() => undefined));
+    });
+    this.queue = next.catch(() => undefined);
+    await next;
+  }
+
+  /** Information on the persistent interpreter (pid, Python version, limits applied, network isolation), once started. */
+  async info(): Promise<DriverInfo | undefined> {
+    const current = this.persistentProcess;
+    if (current === undefined) return undefined;
+    return (await current.catch(() => undefined))?.info;
+  }
+
+  /** Kills every process of this sandbox and removes their directories; later `run` calls reject. Idempotent. */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.persistentProcess = undefined;
+    await Promise.all([...this.live].map((p) => this.retire(p)));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  private async runOnce(code: string, signal: AbortSignal | undefined): Promise<SandboxResult> {
+    throwIfAborted(signal);
+    const proc = await this.spawn();
+    try {
+      return await this.execute(proc, code, signal, false);
+    } finally {
+      await this.retire(proc);
+    }
+  }
+
+  private async runPersistent(code: string, signal: AbortSignal | undefined): Promise<SandboxResult> {
+    throwIfAborted(signal);
+    if (this.closed) throw new SandboxClosedError("PythonSandbox.run: the sandbox is closed");
+    this.persistentProcess ??= this.spawn();
+    const current = this.persistentProcess;
+    let proc: SandboxProcess;
+    try {
+      proc = await current;
+    } catch (err) {
+      if (this.persistentProcess === current) this.persistentProcess = undefined;
+      throw err;
+    }
+    try {
+      return await this.execute(proc, code, signal, true);
+    } finally {
+      // A crash, a timeout or an abort killed it: the next block starts a new interpreter.
+      if (!proc.alive) {
+        if (this.persistentProcess === current) this.persistentProcess = undefined;
+        await this.retire(proc);
+      }
+    }
+  }
+
+  private async spawn(): Promise<SandboxProcess> {
+    const isolateNetwork = await this.resolveNetwork();
+    if (this.closed) throw new SandboxClosedError("PythonSandbox.run: the sandbox is closed");
+    const { memoryBytes, maxOpenFiles, maxFileBytes, timeoutMs } = this.options;
+    const cpuSeconds = this.options.cpuSeconds === undefined ? Math.ceil(timeoutMs / 1000) : this.options.cpuSeconds;
+    const proc = await SandboxProcess.start({
+      python: this.python,
+      driver: this.driver,
+      isolateNetwork,
+      limits: { memoryBytes, cpuSeconds, maxOpenFiles, maxFileBytes },
+      env: this.options.env,
+      startTimeoutMs: this.options.startTimeoutMs,
+    });
+    if (this.closed) {
+      await proc.dispose();
+      throw new SandboxClosedError("PythonSandbox.run: the sandbox is closed");
+    }
+    this.live.add(proc);
+    return proc;
+  }
+
+  private async resolveNetwork(): Promise<boolean> {
+    if (this.options.network === "allowed") return false;
+    const support = await sandboxSupport();
+    if (support.networkIsolation) return true;
+    if (this.options.network === "blocked") {
+      throw new SandboxUnavailableError(`PythonSandbox: network "blocked" needs \`unshare -rn\`, which is not available here (${support.reason ?? "unknown reason"})`);
+    }
+    return false;
+  }
+
+  private async execute(proc: SandboxProcess, code: string, signal: AbortSignal | undefined, persistent: boolean): Promise<SandboxResult> {
+    const started = performance.now();
+    const outcome = await proc.run(this.nextId++, code, this.options.timeoutMs, signal);
+    if (outcome.kind === "aborted") {
+      await proc.exited;
+      throw new RequestAbortedError("PythonSandbox.run", outcome.reason);
+    }
+    if (outcome.kind !== "done") await proc.exited; // the capture files are final once the process is gone
+    if (outcome.kind === "exit" && this.closed) throw new SandboxClosedError("PythonSandbox.run: the sandbox was closed while the block ran");
+    const durationMs = performance.now() - started;
+    const limit = this.options.maxOutputBytes;
+    const [stdout, stderr] = await Promise.all([readCapture(proc.stdoutPath, limit), readCapture(proc.stderrPath, limit)]);
+    return {
+      ...describeOutcome(outcome, this.options.timeoutMs),
+      stdout: stdout.text,
+      stderr: stderr.text,
+      truncated: { stdout: stdout.truncated, stderr: stderr.truncated },
+      stateLost: persistent && outcome.kind !== "done",
+      durationMs,
+    };
+  }
+
+  private async retire(proc: SandboxProcess | undefined): Promise<void> {
+    if (proc === undefined) return;
+    this.live.delete(proc);
+    await proc.dispose();
+  }
+}
+
+type OutcomeFields = Pick<SandboxResult, "status" | "exception" | "exitCode" | "signal" | "detail">;
+
+function describeOutcome(outcome: Exclude<BlockOutcome, { kind: "aborted" }>, timeoutMs: number): OutcomeFields {
+  switch (outcome.kind) {
+    case "done":
+      return {
+        status: outcome.status,
+        exception: outcome.exception,
+        exitCode: null,
+        signal: null,
+        detail: outcome.status === "ok" ? "" : `raised ${outcome.exception ?? "an exception"}`,
+      };
+    case "timeout":
+      return { status: "timeout", exception: null, exitCode: null, signal: null, detail: `timed out after ${timeoutMs} ms` };
+    case "exit": {
+      const { exitCode, signal } = outcome;
+      const note = signal !== null ? SIGNAL_NOTES[signal] : undefined;
+      const detail = signal !== null ? `killed by ${signal}${note !== undefined ? ` (${note})` : ""}` : `exited with code ${String(exitCode)}`;
+      return { status: "crashed", exception: null, exitCode: signal !== null ? null : exitCode, signal, detail };
+    }
+  }
+}
+
+function throwIfAborted(signal: AbortSignal | undefined): void {
+  if (signal?.aborted === true) throw new RequestAbortedError("PythonSandbox.run", signal.reason);
+}

@@ -1,0 +1,288 @@
+/**
+ * Weight sync from a trainer's model to generators (TorchRL's weight-sync schemes): the generator's policy
+ * version moves on every sync, and its log-probs then equal the trainer's. See docs/training.md.
+ *
+ * - {@link SharedWeightSyncScheme}: generator and trainer in one worker sharing parameter tensors, zero copy
+ *   (or a copy within the worker when `share: false`).
+ * - {@link ZmqWeightSyncScheme}: raw tensor frames in size-bounded buckets, straight from the trainer's worker
+ *   to each generator's worker over a ZeroMQ pair opened for the sync.
+ * - {@link DistributedWeightSyncScheme}: a torch.distributed broadcast (gloo on CPU, NCCL on GPU) in a
+ *   process group of the trainer's worker and the generators' workers.
+ */
+import { createServer } from "node:net";
+import { z } from "zod";
+import { InvalidArgumentError, type RequestOptions } from "../../bridge/index.js";
+import type { WorkerClient } from "../workers/client.js";
+import { parseOptions } from "../workers/options.js";
+import { parseReply } from "./reply.js";
+
+/** A model in a worker: a trainer (`{ worker, model }`) or a generator. */
+export interface WeightEndpoint {
+  readonly worker: WorkerClient;
+  readonly model: string;
+}
+
+/** The outcome of one sync. */
+export interface WeightSyncResult {
+  /** The policy version the generators now hold (the trainer's model holds it too). */
+  readonly policyVersion: number;
+  /** Bytes moved to each generator (0 when parameters are shared). */
+  readonly bytes: number;
+  /** Wall time of the sync in ms, measured here. */
+  readonly ms: number;
+}
+
+/** A way of moving the trainer's weights to generators. */
+export interface WeightSyncScheme {
+  /** Moves the current weights; resolves once every generator holds them. */
+  updateWeights(requestOptions?: RequestOptions): Promise<WeightSyncResult>;
+  /** Releases what the scheme holds (a process group); idempotent. */
+  close(requestOptions?: RequestOptions): Promise<void>;
+}
+
+const Endpoint = z.custom<WeightEndpoint>(
+  (v) => typeof v === "object" && v !== null && typeof (v as { model?: unknown }).model === "string" && "worker" in v,
+  { message: "expected { worker, model } (a Trainer, or a generator model in a worker)" },
+);
+
+const SyncReply = z.object({ policyVersion: z.number().int().nonnegative(), bytes: z.number().int().nonnegative() });
+
+/** Runs `calls` together; the first failure aborts the others and is rethrown. */
+async function together<T>(calls: ((signal: AbortSignal) => Promise<T>)[], requestOptions: RequestOptions): Promise<T[]> {
+  const controller = new AbortController();
+  const outer = requestOptions.signal;
+  const onAbort = (): void => {
+    controller.abort(outer?.reason);
+  };
+  if (outer?.aborted === true) onAbort();
+  outer?.addEventListener("abort", onAbort, { once: true });
+  try {
+    return await Promise.all(
+      calls.map((call) =>
+        call(controller.signal).catch((err: unknown) => {
+          controller.abort(err);
+          throw err;
+        }),
+      ),
+    );
+  } finally {
+    outer?.removeEventListener("abort", onAbort);
+  }
+}
+
+function withSignal(requestOptions: RequestOptions, signal: AbortSignal): RequestOptions {
+  return { ...requestOptions, signal };
+}
+
+// ---- colocated ---------------------------------------------------------------------------------------
+
+/** Options of {@link SharedWeightSyncScheme.create}. */
+export const SharedWeightSyncOptionsSchema = z.strictObject({
+  /** Name of the generator model to create in the trainer's worker. */
+  target: z.string().min(1),
+  /** Share the parameter tensors (default true: nothing moves on a sync); false makes a separate copy. */
+  share: z.boolean().default(true),
+});
+
+/** Options of {@link SharedWeightSyncScheme.create} (input form). */
+export type SharedWeightSyncOptions = z.input<typeof SharedWeightSyncOptionsSchema>;
+
+/**
+ * A generator model in the trainer's own worker. With `share` (the default) it is the trainer's model under a
+ * second name: every step is visible to generation at once, and a sync only moves the policy version.
+ */
+export class SharedWeightSyncScheme implements WeightSyncScheme {
+  private constructor(
+    readonly source: WeightEndpoint,
+    /** The generator: the target model in the source's worker. */
+    readonly target: WeightEndpoint,
+  ) {}
+
+  /** Creates the generator model `options.target` next to `source.model` (replacing one of that name). */
+  static async create(source: WeightEndpoint, options: SharedWeightSyncOptions, requestOptions: RequestOptions = {}): Promise<SharedWeightSyncScheme> {
+    const checked = parseOptions(Endpoint, source, "SharedWeightSyncScheme source");
+    const resolved = parseOptions(SharedWeightSyncOptionsSchema, options, "SharedWeightSyncScheme options");
+    if (resolved.target === checked.model) {
+      throw new InvalidArgumentError("SharedWeightSyncScheme options.target: must differ from the source model");
+    }
+    const args = { source: checked.model, name: resolved.target, shareParameters: resolved.share, replace: true };
+    await checked.worker.call("clone_model", args, [], requestOptions);
+    return new SharedWeightSyncScheme(checked, { worker: checked.worker, model: resolved.target });
+  }
+
+  /** Moves the policy version (and copies the weights when they are not shared). */
+  async updateWeights(requestOptions: RequestOptions = {}): Promise<WeightSyncResult> {
+    const start = performance.now();
+    const reply = await this.source.worker.call("sync_weights", { source: this.source.model, target: this.target.model }, [], requestOptions);
+    const { policyVersion, bytes } = parseReply("sync_weights", SyncReply, reply);
+    return { policyVersion, bytes, ms: performance.now() - start };
+  }
+
+  /** Nothing to release. */
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+// ---- worker to worker over ZeroMQ --------------------------------------------------------------------
+
+/** Options of {@link ZmqWeightSyncScheme}. */
+export const ZmqWeightSyncOptionsSchema = z.strictObject({
+  /** Largest bucket of tensors in one message, in bytes (a bigger tensor travels alone). Default 64 MiB. */
+  bucketBytes: z.number().int().min(1).default(64 * 2 ** 20),
+  /** `"ipc"` (default: workers on one machine) or `"tcp"` (the generator binds `host` on an ephemeral port). */
+  transport: z.enum(["ipc", "tcp"]).default("ipc"),
+  /** Interface the generator binds for tcp (default `"127.0.0.1"`). */
+  host: z.string().min(1).default("127.0.0.1"),
+  /** How long either side waits for the other, in ms. Default 120 000. */
+  timeoutMs: z.number().int().min(1).default(120_000),
+});
+
+/** Options of {@link ZmqWeightSyncScheme} (input form). */
+export type ZmqWeightSyncOptions = z.input<typeof ZmqWeightSyncOptionsSchema>;
+
+const ListenReply = z.object({ token: z.string(), endpoint: z.string() });
+
+/**
+ * Direct transfer between workers: for each sync every generator's worker opens a receiving socket, and the
+ * trainer's worker sends its weights there as raw frames in buckets of at most `bucketBytes`; generators
+ * receive one after the other, all with the same policy version. Nothing passes through this process.
+ */
+export class ZmqWeightSyncScheme implements WeightSyncScheme {
+  private readonly options: z.output<typeof ZmqWeightSyncOptionsSchema>;
+  /** The generators. */
+  readonly targets: readonly WeightEndpoint[];
+
+  constructor(
+    readonly source: WeightEndpoint,
+    targets: readonly WeightEndpoint[],
+    options: ZmqWeightSyncOptions = {},
+  ) {
+    parseOptions(Endpoint, source, "ZmqWeightSyncScheme source");
+    this.targets = parseOptions(z.array(Endpoint).min(1), targets, "ZmqWeightSyncScheme targets");
+    this.options = parseOptions(ZmqWeightSyncOptionsSchema, options, "ZmqWeightSyncScheme options");
+  }
+
+  /** One transfer to every generator. */
+  async updateWeights(requestOptions: RequestOptions = {}): Promise<WeightSyncResult> {
+    const start = performance.now();
+    const { bucketBytes, transport, host, timeoutMs } = this.options;
+    // Listeners first: a receive holds its worker's compute thread until the sender is done with it.
+    const listens: z.infer<typeof ListenReply>[] = [];
+    for (const target of this.targets) {
+      const reply = await target.worker.call("weights_listen", { model: target.model, transport, host }, [], requestOptions);
+      listens.push(parseReply("weights_listen", ListenReply, reply));
+    }
+    const receives = listens.map((listen, i) => (signal: AbortSignal) =>
+      this.targets[i]!.worker.call("weights_receive", { token: listen.token, timeoutMs }, [], withSignal(requestOptions, signal)),
+    );
+    const send = (signal: AbortSignal) =>
+      this.source.worker.call(
+        "weights_send",
+        { model: this.source.model, endpoints: listens.map((l) => l.endpoint), bucketBytes, timeoutMs },
+        [],
+        withSignal(requestOptions, signal),
+      );
+    const [sent] = await together([send, ...receives], requestOptions);
+    const { policyVersion, bytes } = parseReply("weights_send", SyncReply, sent!);
+    return { policyVersion, bytes, ms: performance.now() - start };
+  }
+
+  /** Nothing to release: sockets live for one sync. */
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+// ---- torch.distributed -------------------------------------------------------------------------------
+
+/** Options of {@link DistributedWeightSyncScheme.init}. */
+export const DistributedWeightSyncOptionsSchema = z.strictObject({
+  /** `"gloo"` (CPU, default) or `"nccl"` (GPU workers). */
+  backend: z.enum(["gloo", "nccl"]).default("gloo"),
+  /** The TCP store, `tcp://host:port`, hosted by the trainer's worker (rank 0); default a free local port. */
+  initMethod: z.string().regex(/^tcp:\/\/.+:\d+$/, "expected tcp://host:port").optional(),
+  /** Bucket size of the broadcast, in bytes. Default 64 MiB. */
+  bucketBytes: z.number().int().min(1).default(64 * 2 ** 20),
+  /** Timeout of the group's setup and collectives, in ms. Default 120 000. */
+  timeoutMs: z.number().int().min(1).default(120_000),
+});
+
+/** Options of {@link DistributedWeightSyncScheme.init} (input form). */
+export type DistributedWeightSyncOptions = z.input<typeof DistributedWeightSyncOptionsSchema>;
+
+/** A free TCP port on the loopback interface (for a local process group's store). */
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address !== null ? address.port : 0;
+      server.close(() => {
+        resolve(port);
+      });
+    });
+  });
+}
+
+/**
+ * A torch.distributed process group of the trainer's worker (rank 0) and the generators' workers (ranks 1..n);
+ * each sync is one broadcast from rank 0, in byte buckets. A worker is in at most one group: `close()` leaves
+ * it. Collectives cannot be cancelled once started.
+ */
+export class DistributedWeightSyncScheme implements WeightSyncScheme {
+  private closed = false;
+
+  private constructor(
+    readonly source: WeightEndpoint,
+    readonly targets: readonly WeightEndpoint[],
+    private readonly bucketBytes: number,
+  ) {}
+
+  /** Sets the group up on every worker (each must be a different worker). */
+  static async init(
+    source: WeightEndpoint,
+    targets: readonly WeightEndpoint[],
+    options: DistributedWeightSyncOptions = {},
+    requestOptions: RequestOptions = {},
+  ): Promise<DistributedWeightSyncScheme> {
+    parseOptions(Endpoint, source, "DistributedWeightSyncScheme source");
+    const checked = parseOptions(z.array(Endpoint).min(1), targets, "DistributedWeightSyncScheme targets");
+    const resolved = parseOptions(DistributedWeightSyncOptionsSchema, options, "DistributedWeightSyncScheme options");
+    const members = [source, ...checked];
+    if (new Set(members.map((m) => m.worker)).size !== members.length) {
+      throw new InvalidArgumentError("DistributedWeightSyncScheme targets: every member must be in its own worker");
+    }
+    const initMethod = resolved.initMethod ?? `tcp://127.0.0.1:${await freePort()}`;
+    const common = { backend: resolved.backend, initMethod, worldSize: members.length, timeoutMs: resolved.timeoutMs };
+    await together(
+      members.map((m, rank) => (signal: AbortSignal) => m.worker.call("dist_init", { ...common, rank }, [], withSignal(requestOptions, signal))),
+      requestOptions,
+    );
+    return new DistributedWeightSyncScheme(source, checked, resolved.bucketBytes);
+  }
+
+  /** One broadcast from the trainer's model into every generator. */
+  async updateWeights(requestOptions: RequestOptions = {}): Promise<WeightSyncResult> {
+    if (this.closed) throw new InvalidArgumentError("DistributedWeightSyncScheme: closed");
+    const start = performance.now();
+    const members = [this.source, ...this.targets];
+    const replies = await together(
+      members.map((m) => (signal: AbortSignal) =>
+        m.worker.call("weights_broadcast", { model: m.model, src: 0, bucketBytes: this.bucketBytes }, [], withSignal(requestOptions, signal)),
+      ),
+      requestOptions,
+    );
+    const { policyVersion, bytes } = parseReply("weights_broadcast", SyncReply, replies[0]!);
+    return { policyVersion, bytes, ms: performance.now() - start };
+  }
+
+  /** Leaves the process group on every worker. */
+  async close(requestOptions: RequestOptions = {}): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const members = [this.source, ...this.targets];
+    await Promise.all(members.map((m) => m.worker.call("dist_close", {}, [], requestOptions)));
+  }
+}

@@ -1,0 +1,162 @@
+"""Checkpoints through real workers: a resumed trainer reproduces the uninterrupted run exactly, the directory
+is a loadable Hugging Face model, a kill -9 in the middle of a save leaves the previous checkpoint whole, and
+bad paths are typed errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import zmq
+from posttrain_worker.codec import TensorBatch
+from posttrain_worker.models import make_tiny_model
+from posttrain_worker.training.checkpoint import TEST_ONLY_SLEEP_ENV
+from training_harness import create, rollout, step, weights
+from worker_harness import Client, error, ok, start_worker, stop_worker
+
+CONFIG: dict[str, Any] = {
+    "optimizer": {"type": "adamw", "lr": 3e-3, "weightDecay": 0.05},
+    "schedule": {"type": "cosine", "warmupSteps": 1, "totalSteps": 8, "minLrRatio": 0.1},
+    "loss": {"type": "grpo", "klToRefCoeff": 0.05},
+    "refModel": "ref",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+@contextmanager
+def worker_with(tiny_dir: Path, env: dict[str, str] | None = None) -> Iterator[tuple[Client, Any]]:
+    """A fresh worker with "policy" and a frozen "ref" copy loaded, and its trainer."""
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        worker = start_worker()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    context = zmq.Context()
+    client = Client(context, worker.endpoint)
+    try:
+        ok(client.call("load_model", {"name": "policy", "path": str(tiny_dir)}, timeout=60)[0])
+        ok(client.call("clone_model", {"source": "policy", "name": "ref"})[0])
+        create(client, **CONFIG)
+        yield client, worker
+    finally:
+        client.close()
+        stop_worker(worker)
+        context.destroy(linger=0)
+
+
+def save(client: Client, directory: Path, position: Any = None, timeout: float = 60) -> dict[str, Any]:
+    args = {"model": "policy", "dir": str(directory), "dataPosition": position}
+    return ok(client.call("save_checkpoint", args, timeout=timeout)[0])
+
+
+def test_resuming_reproduces_the_next_steps_exactly(tiny_dir: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    with worker_with(tiny_dir) as (client, _):
+        batches: list[TensorBatch] = [rollout(client, seed=s) for s in range(4)]
+        for batch in batches[:2]:
+            ok(step(client, batch))
+        saved = save(client, directory, {"epoch": 0, "index": 2})
+        at_save = weights(client, "policy")
+        later = [ok(step(client, batch)) for batch in batches[2:]]
+        final = weights(client, "policy")
+    assert saved["step"] == 2 and saved["dataPosition"] == {"epoch": 0, "index": 2}
+    files = {p.name for p in directory.iterdir()}
+    assert {
+        "config.json",
+        "model.safetensors",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng.pt",
+        "trainer_state.json",
+    } <= files
+    assert not list(tmp_path.glob("ckpt.*"))  # no temporary or old directories left
+
+    with worker_with(tiny_dir) as (client, _):
+        restored = ok(
+            client.call("load_checkpoint", {"model": "policy", "dir": str(directory)}, timeout=60)[0]
+        )
+        assert restored["step"] == 2 and restored["dataPosition"] == {"epoch": 0, "index": 2}
+        assert restored["lr"] == later[0]["lr"]
+        resumed = [ok(step(client, batch)) for batch in batches[2:]]
+        for a, b in zip(later, resumed, strict=True):
+            assert b["metrics"] == a["metrics"] and b["lr"] == a["lr"] and b["step"] == a["step"]
+        got = weights(client, "policy")
+        assert all(torch.equal(final[k], got[k]) for k in final)
+        # the checkpoint directory is a Hugging Face model: load_model takes it as it is
+        ok(client.call("load_model", {"name": "saved", "path": str(directory)}, timeout=60)[0])
+        loaded = weights(client, "saved")
+        assert all(torch.equal(at_save[k], loaded[k]) for k in at_save)
+
+
+def test_a_kill_during_a_save_leaves_the_previous_checkpoint(tiny_dir: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    with worker_with(tiny_dir) as (client, _):
+        batch = rollout(client, seed=1)
+        ok(step(client, batch))
+        save(client, directory, {"index": 1})
+        first = weights(client, "policy")
+    with worker_with(tiny_dir, {TEST_ONLY_SLEEP_ENV: "60"}) as (client, worker):
+        ok(client.call("load_checkpoint", {"model": "policy", "dir": str(directory)}, timeout=60)[0])
+        ok(step(client, batch))
+        client.request(
+            "save_checkpoint", {"model": "policy", "dir": str(directory), "dataPosition": {"index": 2}}
+        )
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob("ckpt.tmp-*/optimizer.pt")):
+            assert time.monotonic() < deadline, "the save never reached its test-only pause"
+            time.sleep(0.05)
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait()
+    assert list(tmp_path.glob("ckpt.tmp-*"))  # the half-written save is there, beside the intact one
+    state = json.loads((directory / "trainer_state.json").read_text())
+    assert state["step"] == 1 and state["dataPosition"] == {"index": 1}
+    with worker_with(tiny_dir) as (client, _):
+        restored = ok(
+            client.call("load_checkpoint", {"model": "policy", "dir": str(directory)}, timeout=60)[0]
+        )
+        assert restored["step"] == 1 and restored["dataPosition"] == {"index": 1}
+        got = weights(client, "policy")
+        assert all(torch.equal(first[k], got[k]) for k in first)
+        assert save(client, directory, {"index": 3})["step"] == 1
+    assert not list(tmp_path.glob("ckpt.*"))  # the next save cleaned the leftover up
+
+
+def test_checkpoint_errors(tiny_dir: Path, tmp_path: Path) -> None:
+    with worker_with(tiny_dir) as (client, _):
+
+        def load(path: Path, code: str) -> str:
+            return error(client.call("load_checkpoint", {"model": "policy", "dir": str(path)})[0], code)
+
+        assert "no checkpoint directory" in load(tmp_path / "nothing", "CHECKPOINT_NOT_FOUND")
+        (tmp_path / "junk").mkdir()
+        (tmp_path / "junk" / "notes.txt").write_text("mine")
+        assert "missing trainer_state.json" in load(tmp_path / "junk", "CHECKPOINT_INVALID")
+        args = {"model": "policy", "dir": str(tmp_path / "junk")}
+        assert "refusing to replace" in error(client.call("save_checkpoint", args)[0], "BAD_ARGUMENTS")
+        assert (tmp_path / "junk" / "notes.txt").read_text() == "mine"
+        save(client, tmp_path / "ckpt")
+        save(client, tmp_path / "ckpt")  # replacing a checkpoint is fine
+        create(client, **{**CONFIG, "optimizer": {"type": "sgd", "lr": 0.1}})
+        assert "optimizer is 'adamw'" in load(tmp_path / "ckpt", "CHECKPOINT_INVALID")
+        (tmp_path / "ckpt" / "optimizer.pt").unlink()
+        create(client, **CONFIG)
+        assert "missing optimizer.pt" in load(tmp_path / "ckpt", "CHECKPOINT_INVALID")
+        error(client.call("save_checkpoint", {"model": "policy"})[0], "BAD_ARGUMENTS")
+        assert ok(client.call("trainer_state", {"model": "policy"})[0])["step"] == 0
