@@ -75,6 +75,8 @@ const FULL_KEYS: Readonly<Record<ResolvedLLMWrapperOptions["inputMode"], NestedK
 export abstract class LLMWrapperBase {
   private readonly options: ResolvedLLMWrapperOptions;
   private readonly sampling: GenerateOptions | undefined;
+  /** The model's end-of-generation token texts, fetched once (history mode strips them from responses). */
+  private eosTokens: Promise<readonly string[]> | undefined;
 
   /** `where` names the options in error messages, e.g. `"TransformersWrapper options"`. */
   protected constructor(
@@ -123,11 +125,15 @@ export abstract class LLMWrapperBase {
       const promptHistories = repeated.getHistory(["history", "prompt"]);
       const texts = flatOut.getStrings(["text", "response"]);
       const reasons = flatOut.getStrings("finish_reason");
-      // The response text ends with the eos token's text when generation stopped on it (ChatML/Qwen names).
-      const eos = /(<\|im_end\|>|<\|endoftext\|>)$/;
+      // A row that stopped on an eos token ends with that token's text, which is not part of the message.
+      const eosTokens = await this.modelEosTokens(requestOptions);
       const responses = HistoryBatch.from(
         texts.map((text, r) => [
-          { role: "assistant", content: text.replace(eos, ""), ...(reasons[r] === "length" ? { isComplete: false } : {}) },
+          {
+            role: "assistant",
+            content: reasons[r] === "eos" ? stripEos(text, eosTokens) : text,
+            ...(reasons[r] === "length" ? { isComplete: false } : {}),
+          },
         ]),
       );
       result.set(["history", "response"], responses);
@@ -135,6 +141,13 @@ export abstract class LLMWrapperBase {
     }
     const batch = samples === 1 ? [...td.batchSize] : [...td.batchSize, samples];
     return result.reshape(batch);
+  }
+
+  private modelEosTokens(requestOptions: RequestOptions): Promise<readonly string[]> {
+    const { model } = this.options;
+    this.eosTokens ??= this.worker.listModels(requestOptions).then((models) => models.find((m) => m.name === model)?.eosTokens ?? []);
+    this.eosTokens.catch(() => (this.eosTokens = undefined)); // a failed lookup is retried next time
+    return this.eosTokens;
   }
 
   private async score(td: TensorDict, requestOptions: RequestOptions): Promise<TensorDict> {
@@ -151,6 +164,13 @@ export abstract class LLMWrapperBase {
     for (const [key, value] of scored.entries({ nested: true, leavesOnly: true })) result.set(key, value);
     return result;
   }
+}
+
+/** `text` without the longest of `eosTokens` it ends with. */
+function stripEos(text: string, eosTokens: readonly string[]): string {
+  let cut = 0;
+  for (const eos of eosTokens) if (eos.length > cut && text.endsWith(eos)) cut = eos.length;
+  return text.slice(0, text.length - cut);
 }
 
 function toGenerateOptions(options: ResolvedLLMWrapperOptions, where: string): GenerateOptions {

@@ -68,6 +68,8 @@ export const ModelInfoSchema = z.object({
   vocabSize: z.number().int().positive(),
   maxPositionEmbeddings: z.number().int().positive().nullable(),
   eosTokenId: z.number().int().nullable(),
+  /** The text of each token that ends generation (`generation_config.eos_token_id` and the tokenizer's eos). */
+  eosTokens: z.array(z.string()).default([]),
   padTokenId: z.number().int().nullable(),
   hasChatTemplate: z.boolean(),
   /** Bumped by every weight sync into or out of this model (docs/training.md, "Weight sync"). */

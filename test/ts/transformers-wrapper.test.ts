@@ -44,6 +44,22 @@ describe("TransformersWrapper", () => {
     expect(out.getStrings(["text", "prompt"])[0]).toBe("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
   });
 
+  it("strips exactly the model's eos token text from responses that ended on it", async () => {
+    const [info] = (await worker.listModels()).filter((m) => m.name === "policy");
+    expect(info?.eosTokens).toContain("<|im_end|>");
+    const policy = new TransformersWrapper(worker, { model: "policy", generateKwargs: { max_new_tokens: 48, n: 16, seed: 3 } });
+    const out = (await policy.forward(chats())).reshape([32]);
+    const texts = out.getStrings(["text", "response"]);
+    const reasons = out.getStrings("finish_reason");
+    const contents = out.getHistory(["history", "response"]).rows.map((h) => h.last?.content);
+    expect(reasons).toContain("eos"); // the seed is chosen so that some rows end on eos
+    reasons.forEach((reason, r) => {
+      const text = texts[r] ?? "";
+      const eos = (info?.eosTokens ?? []).find((t) => text.endsWith(t));
+      expect(contents[r]).toBe(reason === "eos" && eos !== undefined ? text.slice(0, -eos.length) : text);
+    });
+  });
+
   it("makes GRPO groups with numSamples (or the n alias): batch [B, n], inputs repeated", async () => {
     const policy = new TransformersWrapper(worker, { model: "policy", generateKwargs: { max_tokens: 4, n: 3, seed: 1 } });
     const out = await policy.forward(chats());

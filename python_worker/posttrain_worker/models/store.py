@@ -72,12 +72,20 @@ class LoadedModel:
             "vocabSize": len(self.tokenizer),
             "maxPositionEmbeddings": facts["maxPositionEmbeddings"],
             "eosTokenId": self.tokenizer.eos_token_id,
+            "eosTokens": self._eos_texts(),
             "padTokenId": self.tokenizer.pad_token_id,
             "hasChatTemplate": bool(getattr(self.tokenizer, "chat_template", None)),
             "policyVersion": self.policy_version,
             "backend": self.backend,
             "engine": facts["engine"],
         }
+
+    def _eos_texts(self) -> list[str]:
+        """The text of every token that ends generation (a response ending on one ends with its text)."""
+        from posttrain_worker.models.generation import eos_token_ids
+
+        ids = eos_token_ids(self.model, self.tokenizer)
+        return sorted({self.tokenizer.decode([i], skip_special_tokens=False) for i in ids})
 
     def _model_facts(self) -> dict[str, Any]:
         if self.engine is not None:  # the context length is the engine's max_model_len
