@@ -12,6 +12,7 @@ import pytest
 import torch
 from posttrain_worker.codec import TensorBatch
 from posttrain_worker.models import make_tiny_model
+from posttrain_worker.training.lora import peft_available
 from training_harness import call, create, ragged, rollout, rows_of, step, weights
 from transformers import get_cosine_with_min_lr_schedule_with_warmup, get_linear_schedule_with_warmup
 from worker_harness import Client, ok, policy_client
@@ -270,3 +271,19 @@ def test_bf16_autocast_is_a_no_op_on_cpu(client: Client, tiny_dir: Path) -> None
     state = create(client, autocast="bfloat16")
     assert state["autocast"] == "bfloat16"
     assert ok(step(client, batch, method="compute_loss"))["metrics"] == plain
+
+
+@pytest.mark.skipif(not peft_available(), reason="peft is not installed (extra: lora)")
+def test_lora_trains_only_the_adapters(client: Client, tiny_dir: Path) -> None:
+    load(client, "policy", tiny_dir)
+    full = create(client)["trainableParameters"]
+    created = create(client, lora={"r": 4, "targetModules": ["q_proj", "v_proj"]})
+    assert 0 < created["trainableParameters"] < full / 4, (created["trainableParameters"], full)
+    before = weights(client, "policy")
+    batch = rollout(client, seed=11)
+    result = ok(step(client, batch))
+    assert result["step"] == 1 and result["metrics"]["grad_norm"] > 0
+    after = weights(client, "policy")
+    # weights_get reports merged weights (base + B A): only the adapted projections may differ.
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed), sorted(changed)
