@@ -3,36 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
-from posttrain_worker.codec.types import Column, Ragged, TensorBatch
+from posttrain_worker.codec.keys import key_name, leaf_keys, lookup
+from posttrain_worker.codec.types import Ragged, TensorBatch
 from posttrain_worker.protocol.errors import BAD_PAYLOAD, WorkerFailure
 from posttrain_worker.server.registry import CallContext
-
-
-def key_name(key: Sequence[str]) -> str:
-    return "(" + ", ".join(f'"{k}"' for k in key) + ")"
-
-
-def leaf_keys(columns: dict[str, Column], prefix: tuple[str, ...] = ()) -> list[str]:
-    keys: list[str] = []
-    for name, column in columns.items():
-        if isinstance(column, dict):
-            keys.extend(leaf_keys(column, (*prefix, name)))
-        else:
-            keys.append(key_name((*prefix, name)))
-    return keys
-
-
-def lookup(batch: TensorBatch, key: tuple[str, ...]) -> Column | None:
-    node: Any = batch.columns
-    for part in key:
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return None if isinstance(node, dict) else node
 
 
 def missing_key(method: str, batch: TensorBatch, expected: Sequence[tuple[str, ...]]) -> WorkerFailure:
@@ -57,3 +34,6 @@ def ragged(rows: Sequence[torch.Tensor], dtype: torch.dtype) -> Ragged:
     offsets[1:] = lengths.cumsum(0)
     values = torch.cat([r.to(dtype) for r in rows]) if rows else torch.zeros(0, dtype=dtype)
     return Ragged(values=values, offsets=offsets)
+
+
+__all__ = ["key_name", "leaf_keys", "lookup", "missing_key", "ragged", "single_batch"]

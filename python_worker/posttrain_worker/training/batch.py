@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from posttrain_worker.codec.keys import key_name, leaf_keys, lookup
 from posttrain_worker.codec.types import Column, Ragged, TensorBatch
 from posttrain_worker.protocol.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
 
@@ -35,32 +36,6 @@ ATTENTION_MASK = ("masks", "all_attention_mask")
 OLD_LOG_PROBS = ("log_probs", "full")
 REF_LOG_PROBS = ("ref_log_probs", "full")
 ADVANTAGE = ("advantage",)
-
-# Key helpers as in methods/payload_keys.py (the training package does not import the methods package).
-
-
-def key_name(key: Sequence[str]) -> str:
-    return "(" + ", ".join(f'"{k}"' for k in key) + ")"
-
-
-def leaf_keys(columns: dict[str, Column], prefix: tuple[str, ...] = ()) -> list[str]:
-    keys: list[str] = []
-    for name, column in columns.items():
-        if isinstance(column, dict):
-            keys.extend(leaf_keys(column, (*prefix, name)))
-        else:
-            keys.append(key_name((*prefix, name)))
-    return keys
-
-
-def lookup(batch: TensorBatch, key: tuple[str, ...]) -> Column | None:
-    node: Column = batch.columns
-    for part in key:
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return None if isinstance(node, dict) else node
-
 
 @dataclass(frozen=True)
 class Needs:
