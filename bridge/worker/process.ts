@@ -67,6 +67,10 @@ export class WorkerProcess {
     const child = spawn(options.python, ["-m", "posttrain_worker", ...options.args], {
       stdio: ["pipe", "pipe", "pipe"],
       env: { ...process.env, PYTHONUNBUFFERED: "1", ...options.env },
+      // Its own process group: a terminal's Ctrl-C reaches only this Node process, which decides how to stop
+      // (a trainer finishes its step and saves a checkpoint through the worker). The stdin pipe still ends the
+      // worker when this process dies.
+      detached: process.platform !== "win32",
     });
     const exited = new Promise<WorkerExit>((resolve) => {
       child.once("close", (exitCode, signal) => {

@@ -7,6 +7,7 @@ export {
 export { vLLMWrapper, vLLMWrapperOptionsSchema, type vLLMWrapperOptions } from "./vllm.js";
 export {
   LLMWrapperBase,
+  type ForwardOptions,
   LLMWrapperOptionsSchema,
   type LLMWrapperOptions,
   type ResolvedLLMWrapperOptions,

@@ -72,6 +72,12 @@ const FULL_KEYS: Readonly<Record<ResolvedLLMWrapperOptions["inputMode"], NestedK
  * - Scoring (`generate: false`): reads `(mode, "full")`; writes `("tokens", "full")`, `("log_probs", "full")`
  *   and, in history mode, the masks of the worker's chat template (`all_assistant_mask`).
  */
+/** Per-call options of `forward`: a timeout and an `AbortSignal`, and a sampling seed for this call only. */
+export interface ForwardOptions extends RequestOptions {
+  /** Overrides `generateKwargs.seed` for this call (e.g. a seed per training step, so a run is reproducible). */
+  readonly seed?: number;
+}
+
 export abstract class LLMWrapperBase {
   private readonly options: ResolvedLLMWrapperOptions;
   private readonly sampling: GenerateOptions | undefined;
@@ -95,9 +101,11 @@ export abstract class LLMWrapperBase {
   }
 
   /** Runs the policy on `td` and returns a new TensorDict with the output keys added. */
-  async forward(td: TensorDict, requestOptions: RequestOptions = {}): Promise<TensorDict> {
+  async forward(td: TensorDict, options: ForwardOptions = {}): Promise<TensorDict> {
+    const { seed, ...requestOptions } = options;
     await this.beforeForward?.(requestOptions);
-    return this.sampling !== undefined ? this.generate(td, this.sampling, requestOptions) : this.score(td, requestOptions);
+    if (this.sampling === undefined) return this.score(td, requestOptions);
+    return this.generate(td, seed === undefined ? this.sampling : { ...this.sampling, seed }, requestOptions);
   }
 
   /** A check a subclass may make before each `forward`. */

@@ -1,13 +1,15 @@
-// The `posttrain` command line (sdk/cli/main.ts), run from source with tsx in a child process.
+// The `posttrain` command line (sdk/cli/main.ts), run from source in a child process (`node --import tsx`): help, usage and
+// config errors (exit 2 naming the field and value), `info`, `make-tiny-model`, `report`. The training commands'
+// real runs are in cli.train.test.ts.
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
-const TSX = join(ROOT, "node_modules", ".bin", "tsx");
 const CLI = join(ROOT, "sdk", "cli", "main.ts");
+const COMMANDS = ["grpo", "sft", "report", "make-tiny-model", "info"] as const;
 
 interface Run {
   readonly code: number | null;
@@ -17,19 +19,34 @@ interface Run {
 
 function posttrain(...args: string[]): Promise<Run> {
   return new Promise((done) => {
-    execFile(TSX, [CLI, ...args], { cwd: ROOT, timeout: 50_000 }, (err, stdout, stderr) => {
+    execFile(process.execPath, ["--import", "tsx", CLI, ...args], { cwd: ROOT, timeout: 50_000 }, (err, stdout, stderr) => {
       const code = err === null ? 0 : typeof err.code === "number" ? err.code : null;
       done({ code, stdout, stderr });
     });
   });
 }
 
-describe("posttrain CLI", () => {
-  it("--help prints the usage", async () => {
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "posttrain-cli-"));
+});
+afterAll(() => {
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Writes `text` to a file in the test's directory and returns its path. */
+function file(name: string, text: string): string {
+  const path = join(dir, name);
+  writeFileSync(path, text);
+  return path;
+}
+
+describe("posttrain CLI: help and usage", () => {
+  it("--help lists every command", async () => {
     const run = await posttrain("--help");
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/^Usage: posttrain <command> \[options\]/);
-    expect(run.stdout).toContain("info [--device cpu|cuda|auto]");
+    for (const name of COMMANDS) expect(run.stdout).toMatch(new RegExp(`^ {2}${name} +\\S`, "m"));
     expect(run.stderr).toBe("");
   });
 
@@ -37,6 +54,26 @@ describe("posttrain CLI", () => {
     const run = await posttrain();
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/^Usage: posttrain/);
+  });
+
+  it.each(COMMANDS)("%s --help prints that command's usage", async (name) => {
+    const run = await posttrain(name, "--help");
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(new RegExp(`^Usage: posttrain ${name}( |$)`, "m"));
+    expect(run.stdout).toContain("-h, --help");
+    expect(run.stderr).toBe("");
+    const short = await posttrain(name, "-h");
+    expect(short.stdout).toBe(run.stdout);
+  });
+
+  it("the training commands' help names their flags, Ctrl-C and the exit codes", async () => {
+    for (const name of ["grpo", "sft"]) {
+      const run = await posttrain(name, "--help");
+      for (const flag of ["--config FILE", "--run-dir DIR", "--steps N", "--set FIELD=VALUE", "--resume"]) expect(run.stdout).toContain(flag);
+      expect(run.stdout).toContain("Ctrl-C");
+      expect(run.stdout).toContain("130 interrupted");
+      expect(run.stdout).toContain(`examples/configs/${name}-digit-sort.yaml`);
+    }
   });
 
   it("--version prints the version in package.json", async () => {
@@ -54,20 +91,158 @@ describe("posttrain CLI", () => {
     expect(run.stdout).toBe("");
   });
 
-  it("an unknown option exits 2 with a message", async () => {
+  it("an unknown option exits 2 with a message and that command's usage", async () => {
     const run = await posttrain("info", "--bogus");
     expect(run.code).toBe(2);
+    expect(run.stderr).toContain("posttrain info:");
     expect(run.stderr).toContain("--bogus");
-    expect(run.stderr).toContain("Usage: posttrain");
+    expect(run.stderr).toContain("Usage: posttrain info");
   });
 
-  it("info --device gpu exits 1 naming the bad value", async () => {
+  it("info --device gpu exits 2 naming the flag, the value and the choices", async () => {
     const run = await posttrain("info", "--device", "gpu");
-    expect(run.code).toBe(1);
-    expect(run.stderr).toMatch(/--device: expected cpu, cuda or auto, got gpu/);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('--device: expected cpu, cuda or auto, got "gpu"');
     expect(run.stdout).toBe("");
   });
+});
 
+describe("posttrain grpo / sft: config errors exit 2 before any worker starts", () => {
+  it("a missing --config exits 2 with the command's usage", async () => {
+    for (const name of ["grpo", "sft"]) {
+      const run = await posttrain(name);
+      expect(run.code).toBe(2);
+      expect(run.stderr).toContain(`posttrain ${name}: --config FILE is required`);
+      expect(run.stderr).toContain(`Usage: posttrain ${name} --config FILE`);
+      expect(run.stdout).toBe("");
+    }
+  });
+
+  it("--resume without --config needs --run-dir", async () => {
+    const run = await posttrain("grpo", "--resume");
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain("--config FILE is required");
+  });
+
+  it("a config file that does not exist exits 2 naming it", async () => {
+    const missing = join(dir, "nope.yaml");
+    const run = await posttrain("grpo", "--config", missing);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain(`--config ${missing}: cannot read it (no such file)`);
+  });
+
+  it("a YAML syntax error exits 2 with the line", async () => {
+    const path = file("broken.yaml", "model: { path: tiny }\ntask: [digit-sort\nsteps: 3\n");
+    const run = await posttrain("grpo", "--config", path);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(new RegExp(`${path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}: not valid YAML at line 3`));
+  });
+
+  it("a config that is not a mapping exits 2", async () => {
+    const path = file("list.yaml", "- model\n- task\n");
+    const run = await posttrain("sft", "--config", path);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain("expected a mapping of config fields (model:, task:, ...), got a list");
+  });
+
+  it("bad GRPO fields exit 2 naming each field, its value and what is allowed", async () => {
+    const path = file(
+      "bad-grpo.yaml",
+      [
+        "model: { path: tiny, dtype: float64 }",
+        "task: { type: digit-sorting }",
+        "groupSize: 1",
+        "loss: { variant: ppo }",
+        "steps: 3",
+        "runDir: /tmp/never",
+        "learningRate: 0.1",
+      ].join("\n"),
+    );
+    const run = await posttrain("grpo", "--config", path);
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe("");
+    const err = run.stderr;
+    expect(err).toContain(`${path}: invalid config`);
+    expect(err).toMatch(/model\.dtype: got "float64": .*float32/);
+    expect(err).toMatch(/task\.type: got "digit-sorting": .*digit-sort/);
+    expect(err).toMatch(/groupSize: got 1: .*>=2/);
+    expect(err).toMatch(/loss\.variant: got "ppo": .*"grpo"\|"dapo"\|"cispo"\|"gspo"\|"sapo"/);
+    expect(err).toContain("learningRate: not a config field here");
+  });
+
+  it("a loss field of another variant exits 2 naming the variant", async () => {
+    const path = file("bad-loss.yaml", "model: { path: tiny }\ntask: { type: digit-sort }\nloss: { variant: grpo, tauPos: 1 }\nsteps: 2\nrunDir: /tmp/never\n");
+    const run = await posttrain("grpo", "--config", path);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('not a field of loss variant "grpo": tauPos');
+  });
+
+  it("bad SFT fields exit 2 too; a missing steps is named", async () => {
+    const path = file("bad-sft.yaml", "model: { path: tiny }\ndata: { type: digit-sort }\nbatchSize: two\nrunDir: /tmp/never\n");
+    const run = await posttrain("sft", "--config", path);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/batchSize: got "two": .*expected number/);
+    const noSteps = file("no-steps.yaml", "model: { path: tiny }\ndata: { type: digit-sort }\nrunDir: /tmp/never\n");
+    const run2 = await posttrain("sft", "--config", noSteps);
+    expect(run2.code).toBe(2);
+    expect(run2.stderr).toMatch(/steps: .*required/);
+  });
+
+  it("flags override fields and are checked like them", async () => {
+    const config = resolve(ROOT, "examples", "configs", "grpo-digit-sort.yaml");
+    const badSteps = await posttrain("grpo", "--config", config, "--steps", "0");
+    expect(badSteps.code).toBe(2);
+    expect(badSteps.stderr).toContain('--steps: expected an integer >= 1, got "0"');
+    const badSet = await posttrain("grpo", "--config", config, "--set", "groupSize=one");
+    expect(badSet.code).toBe(2);
+    expect(badSet.stderr).toMatch(/groupSize: got "one": .*expected number/);
+    const noEquals = await posttrain("grpo", "--config", config, "--set", "groupSize");
+    expect(noEquals.code).toBe(2);
+    expect(noEquals.stderr).toContain("expected FIELD=VALUE");
+    const notMapping = await posttrain("grpo", "--config", config, "--set", "groupSize.x=1");
+    expect(notMapping.code).toBe(2);
+    expect(notMapping.stderr).toContain("--set groupSize.x: groupSize is not a mapping");
+  });
+});
+
+describe("posttrain report", () => {
+  it("writes report.html for a run directory and prints its path", async () => {
+    const runDir = join(dir, "run");
+    mkdirSync(runDir);
+    const lines = Array.from({ length: 12 }, (_, i) => JSON.stringify({ step: i + 1, reward_mean: Math.sqrt(i) / 4, kl_approx: i / 1000, loss: 1 / (i + 1) }));
+    writeFileSync(join(runDir, "metrics.jsonl"), `${lines.join("\n")}\n`);
+    writeFileSync(join(runDir, "samples.jsonl"), `${JSON.stringify({ step: 1, prompt: "sort 4 digits: 3817", completion: "1378", reward: 1 })}\n`);
+    writeFileSync(join(runDir, "config.yaml"), "groupSize: 8\n");
+    const run = await posttrain("report", runDir, "--title", "CLI report");
+    expect(run.code, run.stderr).toBe(0);
+    const path = join(runDir, "report.html");
+    expect(run.stdout).toBe(`${path}\n`);
+    const html = readFileSync(path, "utf8");
+    expect(html).toContain("<title>CLI report</title>");
+    expect(html).toContain("12 logged steps, last step 12");
+    expect(html.match(/<svg/g)?.length).toBe(3); // reward, KL, loss
+    expect(html).toContain("sort 4 digits: 3817");
+    expect(html).toContain("groupSize: 8");
+  });
+
+  it("a directory without metrics.jsonl exits 1 saying it is not a run directory", async () => {
+    const empty = join(dir, "empty");
+    mkdirSync(empty);
+    const run = await posttrain("report", empty);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain(`REPORT_FAILED: ${empty}: no metrics.jsonl (is this a run directory?)`);
+    expect(existsSync(join(empty, "report.html"))).toBe(false);
+  });
+
+  it("without a directory it exits 2 with the usage", async () => {
+    const run = await posttrain("report");
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain("posttrain report: expected one run directory, got 0");
+    expect(run.stderr).toContain("Usage: posttrain report RUN_DIR");
+  });
+});
+
+describe("posttrain info and make-tiny-model", () => {
   it("info --device cpu starts a worker and prints its handshake as JSON", { timeout: 60_000 }, async () => {
     const run = await posttrain("info", "--device", "cpu");
     expect(run.code, run.stderr).toBe(0);
@@ -83,20 +258,19 @@ describe("posttrain CLI", () => {
     expect(info.capabilities.methods).toEqual(expect.arrayContaining(["ping", "echo", "row_sums"]));
   });
 
-  it("make-tiny-model writes a loadable model directory", { timeout: 60_000 }, async () => {
-    const dir = mkdtempSync(join(tmpdir(), "posttrain-cli-"));
-    try {
-      const run = await posttrain("make-tiny-model", join(dir, "m"), "--seed", "7");
-      expect(run.code, run.stderr).toBe(0);
-      expect(run.stdout).toMatch(/\d+ parameters, vocabulary \d+/);
-      for (const file of ["config.json", "model.safetensors", "tokenizer.json"]) {
-        expect(existsSync(join(dir, "m", file))).toBe(true);
-      }
-      const bad = await posttrain("make-tiny-model", join(dir, "n"), "--num-layers", "two");
-      expect(bad.code).toBe(1);
-      expect(bad.stderr).toContain("--num-layers: expected an integer");
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
+  it("make-tiny-model writes a loadable model directory; a bad size exits 2", { timeout: 60_000 }, async () => {
+    const run = await posttrain("make-tiny-model", join(dir, "m"), "--seed", "7");
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/\d+ parameters, vocabulary \d+/);
+    for (const name of ["config.json", "model.safetensors", "tokenizer.json"]) {
+      expect(existsSync(join(dir, "m", name))).toBe(true);
     }
+    const bad = await posttrain("make-tiny-model", join(dir, "n"), "--num-layers", "two");
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--num-layers: expected an integer >= 1, got "two"');
+    expect(existsSync(join(dir, "n"))).toBe(false);
+    const none = await posttrain("make-tiny-model");
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain("expected one directory, got 0");
   });
 });

@@ -19,6 +19,7 @@ export {
 export { CountdownEnv, CountdownEnvOptionsSchema, COUNTDOWN_SYSTEM_PROMPT, type CountdownEnvOptions } from "./countdown-env.js";
 export { CountdownPrimer, CountdownPrimerOptionsSchema, type CountdownPrimerOptions } from "./countdown-primer.js";
 export { MathVerifyUnavailableError } from "./errors.js";
+export { DIGIT_SORT_REWARDS, DigitSortEnv, DigitSortEnvOptionsSchema, DigitSortExamplesOptionsSchema, DigitSortGenerator, DigitSortOptionsSchema, DigitSortPrimer, digitSortExamples, digitSortProblem, digitSortReward, digitSortSplitOf, digitSortSplitSize, type DigitSortEnvOptions, type DigitSortOptions, type DigitSortProblem, type DigitSortSplit } from "./digit-sort.js";
 export { GSM8K_SYSTEM_PROMPT, GSM8KEnv, GSM8KEnvOptionsSchema, type GSM8KEnvOptions } from "./gsm8k-env.js";
 export { IFEVAL_SCORE_KEYS, IFEVAL_SYSTEM_PROMPT, IFEvalEnv, IFEvalEnvOptionsSchema, type IFEvalEnvOptions } from "./ifeval-env.js";
 export { MATH_SYSTEM_PROMPT, MATHEnv, MATHEnvOptionsSchema, type MATHEnvOptions } from "./math-env.js";

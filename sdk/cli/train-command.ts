@@ -1,0 +1,205 @@
+/**
+ * What `posttrain grpo` and `posttrain sft` share: read the run config, apply the flags, check it, create the
+ * trainer, show progress, and handle Ctrl-C (first: finish the step, checkpoint, report, exit 130; second: exit at
+ * once).
+ */
+import { join } from "node:path";
+import type { z } from "zod";
+import type { StepRecord } from "../trainers/index.js";
+import { EXIT, UsageError, integerFlag, parseCommandArgs, say, stringFlag, stringList, type Command } from "./args.js";
+import { checkConfig, parseAssignment, readConfigFile, setField } from "./config-file.js";
+import { ProgressDisplay } from "./progress.js";
+
+/** The part of a high-level trainer (`GRPOTrainer`, `SFTTrainer`) the command drives. */
+export interface CommandTrainer {
+  /** The run directory (absolute). */
+  readonly runDir: string;
+  /** The step the run ends at. */
+  readonly totalSteps: number;
+  /** Trains, one record per step. */
+  run(): AsyncIterable<StepRecord>;
+  /** Stops the workers. */
+  close(): Promise<void>;
+}
+
+/** Options the command passes to the trainer's `create`. */
+export interface CommandTrainerOptions {
+  readonly signal: AbortSignal;
+  readonly resume: boolean;
+  readonly log: (line: string) => void;
+}
+
+/** The trainer behind a training command, loaded when the command runs. */
+export interface TrainerFactory<C> {
+  /** The trainer's run-config schema. */
+  readonly schema: z.ZodType<C>;
+  /** `GRPOTrainer.create` or `SFTTrainer.create`. */
+  create(config: C, options: CommandTrainerOptions): Promise<CommandTrainer>;
+}
+
+/** How to build one training command. */
+export interface TrainingCommandSpec<C> {
+  readonly name: string;
+  readonly summary: string;
+  readonly help: string;
+  /** Imports the trainer (the SDK loads only when a command runs, not for `--help`). */
+  load(): Promise<TrainerFactory<C>>;
+}
+
+/** The options every training command accepts (its help lists them). */
+export const TRAINING_OPTIONS_HELP = `Options:
+  --config FILE       The run config, YAML or JSON (required, except with --resume --run-dir, which
+                      reads the run's own config.yaml).
+  --run-dir DIR       Overrides runDir.
+  --steps N           Overrides steps: the step the run ends at (with --resume: the new end).
+  --set FIELD=VALUE   Overrides any field, e.g. --set optimizer.lr=3e-4 or --set loss.clipEpsilon=[0.2,0.28]
+                      (VALUE is read as YAML; repeatable).
+  --resume            Continue the run in runDir from its latest checkpoint: metrics.jsonl and the
+                      data position carry on from the next step. Fields that change the training
+                      (model, loss, optimizer, ...) must match the saved config.yaml.
+  -h, --help          Show this help.
+
+Progress: a bar on a terminal (step, reward, KL, tokens/s, ETA), one plain line per step otherwise.
+Ctrl-C finishes the current step, saves a checkpoint and report.html, prints where they are and exits
+with code 130; a second Ctrl-C exits at once. Exit codes: 0 done, 1 failed, 2 bad usage or config,
+130 interrupted.
+`;
+
+/** Lines the trainers log for each step; the progress display shows those steps itself. */
+const STEP_LOG_LINE = /^step \d+\/\d+ /;
+
+interface Flags {
+  readonly configPath: string | undefined;
+  readonly runDir: string | undefined;
+  readonly steps: number | undefined;
+  readonly sets: readonly string[];
+  readonly resume: boolean;
+}
+
+function readFlags(name: string, args: readonly string[]): Flags | "help" {
+  const { values, help } = parseCommandArgs(name, args, {
+    config: { type: "string" },
+    "run-dir": { type: "string" },
+    steps: { type: "string" },
+    set: { type: "string", multiple: true },
+    resume: { type: "boolean" },
+  });
+  if (help) return "help";
+  const steps = stringFlag(values, "steps");
+  const flags: Flags = {
+    configPath: stringFlag(values, "config"),
+    runDir: stringFlag(values, "run-dir"),
+    steps: steps === undefined ? undefined : integerFlag(name, "steps", steps, 1),
+    sets: stringList(values, "set"),
+    resume: values.resume === true,
+  };
+  if (flags.configPath === undefined && !(flags.resume && flags.runDir !== undefined)) {
+    throw new UsageError("--config FILE is required (or --resume --run-dir DIR to continue a run with its saved config)", name);
+  }
+  return flags;
+}
+
+/** The run config: the file (or the run's saved `config.yaml`), then `--set`, `--steps` and `--run-dir`. */
+async function loadConfig(flags: Flags): Promise<{ config: Record<string, unknown>; source: string }> {
+  const source = flags.configPath ?? join(flags.runDir ?? ".", "config.yaml");
+  let config = await readConfigFile(source);
+  for (const text of flags.sets) {
+    const { path, value } = parseAssignment(text);
+    config = setField(config, path, value);
+  }
+  if (flags.steps !== undefined) config = setField(config, "steps", flags.steps);
+  if (flags.runDir !== undefined) config = setField(config, "runDir", flags.runDir);
+  return { config, source };
+}
+
+/** Installs the Ctrl-C handler: the first SIGINT aborts `controller` (a graceful stop), the second exits at once. */
+function onInterrupt(controller: AbortController, notice: (line: string) => void): () => void {
+  const handler = (): void => {
+    if (controller.signal.aborted) {
+      process.stderr.write("\nposttrain: second Ctrl-C, exiting now without waiting for the step\n");
+      process.exit(EXIT.interrupted);
+    }
+    notice("Ctrl-C: finishing the current step, then saving a checkpoint and the report (Ctrl-C again to quit at once)");
+    controller.abort(new Error("interrupted (SIGINT)"));
+  };
+  process.on("SIGINT", handler);
+  return () => process.off("SIGINT", handler);
+}
+
+async function train<C>(spec: TrainingCommandSpec<C>, flags: Flags): Promise<number> {
+  const { config: raw, source } = await loadConfig(flags);
+  const [factory, { RunDirectory }] = await Promise.all([spec.load(), import("../trainers/index.js")]);
+  const config = checkConfig(factory.schema, raw, source);
+  const controller = new AbortController();
+  let display: ProgressDisplay | undefined;
+  const print = (line: string): void => {
+    if (display !== undefined) display.message(line);
+    else say(line);
+  };
+  const detach = onInterrupt(controller, print);
+  let trainer: CommandTrainer | undefined;
+  try {
+    try {
+      trainer = await factory.create(config, {
+        signal: controller.signal,
+        resume: flags.resume,
+        log: (line) => {
+          if (!STEP_LOG_LINE.test(line)) print(line);
+        },
+      });
+    } catch (err) {
+      if (!controller.signal.aborted) throw err;
+      say("interrupted while starting: nothing was trained or saved");
+      return EXIT.interrupted;
+    }
+    const runDir = new RunDirectory(trainer.runDir);
+    say(`${spec.name}: run directory ${runDir.path}, ${String(trainer.totalSteps)} steps`);
+    const started = performance.now();
+    display = new ProgressDisplay(process.stdout, { totalSteps: trainer.totalSteps });
+    let last: number | undefined;
+    let first: number | undefined;
+    for await (const record of trainer.run()) {
+      first ??= record.step;
+      last = record.step;
+      display.step(record);
+    }
+    display.finish();
+    display = undefined;
+    const checkpoint = await runDir.latestCheckpoint();
+    const where = `checkpoint ${checkpoint?.path ?? "(none)"}; report ${runDir.reportPath}`;
+    if (controller.signal.aborted) {
+      if (checkpoint === undefined) {
+        say("interrupted before the first step: no checkpoint to resume from");
+        return EXIT.interrupted;
+      }
+      say(`interrupted at step ${String(last ?? checkpoint.step)}: ${where}`);
+      say(`resume with: posttrain ${spec.name} --resume --run-dir ${runDir.path}`);
+      return EXIT.interrupted;
+    }
+    const ran = first === undefined || last === undefined ? 0 : last - first + 1;
+    const seconds = (performance.now() - started) / 1000;
+    say(`done: step ${String(last ?? checkpoint?.step ?? 0)}/${String(trainer.totalSteps)} (${String(ran)} this run, ${seconds.toFixed(1)} s); ${where}`);
+    return EXIT.ok;
+  } finally {
+    display?.finish();
+    await trainer?.close();
+    detach();
+  }
+}
+
+/** Builds a training command (`grpo`, `sft`) from its spec. */
+export function trainingCommand<C>(spec: TrainingCommandSpec<C>): Command {
+  return {
+    name: spec.name,
+    summary: spec.summary,
+    help: spec.help,
+    async run(args) {
+      const flags = readFlags(spec.name, args);
+      if (flags === "help") {
+        process.stdout.write(spec.help);
+        return EXIT.ok;
+      }
+      return train(spec, flags);
+    },
+  };
+}

@@ -1,0 +1,249 @@
+/**
+ * `SFTTrainer`: a supervised fine-tuning run from one config — the examples (files or the digit-sort task) rendered
+ * with the model's chat template, `SFTLoss` on the assistant tokens, the optimizer, held-out loss (and task reward),
+ * checkpoints, resume, and the run directory with its report. See docs/trainers.md.
+ */
+import type { z } from "zod";
+import type { JsonValue } from "../data/index.js";
+import { DigitSortEnv } from "../envs/tasks/digit-sort.js";
+import { TransformersWrapper } from "../modules/transformers.js";
+import { SFTLoss } from "../objectives/index.js";
+import type { TensorDict } from "../tensordict/index.js";
+import type { WorkerPool } from "../workers/pool.js";
+import { parseOptions } from "../workers/options.js";
+import { evaluateOnEnv } from "./grpo-step.js";
+import { ReferenceModel } from "./reference.js";
+import { toOptimizerConfig, toScheduleConfig } from "./run-config.js";
+import { RunDirectory } from "./run-directory.js";
+import { TrainerClosedError } from "./run-errors.js";
+import type { EvalRecord, StepRecord, TrainSummary } from "./run-records.js";
+import { RunLoop, type StepOutcome } from "./run-loop.js";
+import { loadPolicy, logger, modelPath, openPool, parseRunConfig, POLICY_MODEL, runLength, RunOptionsSchema, type RunOptions } from "./run-setup.js";
+import { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput, type SftDataConfigSchema } from "./sft-config.js";
+import { loadConversations, renderConversations, SftBatches, type SftPosition } from "./sft-data.js";
+import { Trainer } from "./trainer.js";
+
+/** Options of {@link SFTTrainer.create} besides the config. */
+export const SFTTrainerOptionsSchema = RunOptionsSchema;
+
+/** Options of {@link SFTTrainer.create} besides the config (input form). */
+export type SFTTrainerOptions = RunOptions;
+
+const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "runDir"] as const;
+
+type SftData = z.output<typeof SftDataConfigSchema>;
+
+interface Parts {
+  readonly config: SFTTrainerConfig;
+  readonly runDir: RunDirectory;
+  readonly pool: WorkerPool;
+  readonly ownsPool: boolean;
+  readonly trainer: Trainer;
+  readonly batches: SftBatches;
+  readonly evalExamples: TensorDict | null;
+  readonly evalEnv: DigitSortEnv | null;
+  readonly totalSteps: number;
+  readonly startStep: number;
+  readonly log: (line: string) => void;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** The held-out data of a run: `evalData`, else the digit-sort task's held-out split, else none. */
+function heldOutData(config: SFTTrainerConfig): SftData | null {
+  if (config.evalData !== undefined) return config.evalData;
+  return config.data.type === "digit-sort" ? config.data : null;
+}
+
+/**
+ * An SFT run from one zod-validated config (docs/trainers.md):
+ *
+ * ```ts
+ * await using sft = await SFTTrainer.create({
+ *   model: { path: "tiny" },
+ *   data: { type: "digit-sort", examples: 2000 },
+ *   batchSize: 16, steps: 100, optimizer: { lr: 3e-3 }, eval: { every: 50 },
+ *   runDir: "runs/sft",
+ * });
+ * const summary = await sft.train(); // summary.lastEval.loss, .rewardMean
+ * ```
+ */
+export class SFTTrainer implements AsyncDisposable {
+  /** The resolved config (what `config.yaml` holds). */
+  readonly config: SFTTrainerConfig;
+  /** The run directory (absolute). */
+  readonly runDir: string;
+  /** The step the run ends at. */
+  readonly totalSteps: number;
+  /** The low-level trainer in the worker. */
+  readonly trainer: Trainer;
+  readonly #parts: Parts;
+  readonly #loop: RunLoop;
+  readonly #evalPolicy: TransformersWrapper;
+
+  private constructor(parts: Parts) {
+    this.#parts = parts;
+    this.config = parts.config;
+    this.runDir = parts.runDir.path;
+    this.totalSteps = parts.totalSteps;
+    this.trainer = parts.trainer;
+    this.#evalPolicy = new TransformersWrapper(parts.trainer.worker, {
+      model: POLICY_MODEL,
+      returnLogProbs: false,
+      generateKwargs: { max_new_tokens: parts.config.eval.maxNewTokens, do_sample: false },
+    });
+    this.#loop = new RunLoop({
+      name: "SFTTrainer",
+      runDir: parts.runDir,
+      startStep: parts.startStep,
+      totalSteps: parts.totalSteps,
+      evalEvery: parts.config.eval.every,
+      checkpoint: parts.config.checkpoint,
+      log: parts.log,
+      signal: parts.signal,
+      trainStep: (step) => this.#trainStep(step),
+      evaluate: (step) => this.#evaluate(step),
+      saveCheckpoint: (dir) => this.#saveCheckpoint(dir),
+      evalLine: (e) => ({ eval_loss: e.loss, ...(e.rewardMean !== null ? { eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd } : {}) }),
+    });
+  }
+
+  /**
+   * Checks the config (an `InvalidArgumentError` names the field), prepares the run directory, starts a worker (or
+   * uses `options.pool`), loads or builds the model, renders the examples once, and with `resume` restores the latest
+   * checkpoint and the data position.
+   */
+  static async create(config: SFTTrainerConfigInput, options: SFTTrainerOptions = {}): Promise<SFTTrainer> {
+    const c = parseRunConfig(SFTTrainerConfigSchema, config, "SFTTrainer config");
+    const o = parseOptions(SFTTrainerOptionsSchema, options, "SFTTrainer options");
+    const log = logger(o.log);
+    const runDir = new RunDirectory(c.runDir);
+    const resumable = await runDir.prepare(o.resume);
+    if (resumable) await runDir.checkResumable(c, FREE_FIELDS);
+    await runDir.writeConfig(c);
+    const { pool, owned } = await openPool(c.model, 1, o.pool, o.signal);
+    try {
+      const worker = pool.worker(0);
+      const path = await modelPath(c.model, runDir, c.seed, log);
+      await loadPolicy(worker, path, c.model);
+      const needsReference = c.loss.lossFunction === "minor_sft" || (c.loss.klToRefCoeff ?? 0) > 0;
+      const reference = needsReference ? await ReferenceModel.copyOf(worker, POLICY_MODEL, "ref") : null;
+      const train = await renderConversations(worker, POLICY_MODEL, await loadConversations(c.data, c.seed, "train"));
+      const held = heldOutData(c);
+      const evalExamples =
+        held === null ? null : await renderConversations(worker, POLICY_MODEL, await loadConversations(held, c.seed, "eval", c.eval.examples));
+      const totalSteps = runLength(c.steps, c.epochs, train.numel(), c.batchSize, "SFTTrainer config");
+      const trainer = await Trainer.create(worker, {
+        model: POLICY_MODEL,
+        loss: new SFTLoss(c.loss),
+        optimizer: toOptimizerConfig(c.optimizer),
+        schedule: toScheduleConfig(c.schedule, totalSteps),
+        gradClip: c.gradClip,
+        microBatchTokens: c.microBatchTokens,
+        reference,
+        replace: true,
+      });
+      let startStep = 0;
+      let position: SftPosition | undefined;
+      const latest = resumable ? await runDir.latestCheckpoint() : undefined;
+      if (latest !== undefined) {
+        const restored = await trainer.loadCheckpoint(latest.path);
+        startStep = restored.step;
+        position = (restored.dataPosition as { data?: SftPosition } | null)?.data;
+        log(`resumed ${runDir.path} at step ${String(startStep)} from ${latest.path}`);
+      }
+      if (resumable) await runDir.truncateAfter(latest === undefined ? -1 : startStep);
+      const shuffle = c.data.type === "dataset" ? c.data.shuffle : true;
+      const batches = new SftBatches(train, { batchSize: c.batchSize, seed: c.data.seed ?? c.seed, shuffle, position });
+      const evalEnv =
+        held?.type === "digit-sort"
+          ? new DigitSortEnv({
+              numDigits: held.numDigits,
+              heldOutFraction: held.heldOutFraction,
+              split: "eval",
+              seed: held.seed ?? c.seed,
+              batchSize: [c.eval.prompts],
+              ...(held.systemPrompt !== undefined ? { systemPrompt: held.systemPrompt } : {}),
+            })
+          : null;
+      return new SFTTrainer({ config: c, runDir, pool, ownsPool: owned, trainer, batches, evalExamples, evalEnv, totalSteps, startStep, log, signal: o.signal });
+    } catch (err) {
+      if (owned) await pool.close();
+      throw err;
+    }
+  }
+
+  /** Optimizer steps taken so far. */
+  get step(): number {
+    return this.#loop.step;
+  }
+
+  /** Trains until `steps` (or `epochs`) or `stop()`, yielding each step's record (see `GRPOTrainer.run`). */
+  run(): AsyncIterable<StepRecord> {
+    if (this.#loop.closed) throw new TrainerClosedError("SFTTrainer.run");
+    return this.#loop.run();
+  }
+
+  /** Drains {@link run}; returns the summary. */
+  async train(): Promise<TrainSummary> {
+    const steps = this.run()[Symbol.asyncIterator]();
+    while (!(await steps.next()).done) {
+      // each step's record is already in metrics.jsonl
+    }
+    return this.#loop.summary();
+  }
+
+  /** Finishes the current step, saves a checkpoint and the report, and ends `run()` cleanly. */
+  async stop(): Promise<void> {
+    await this.#loop.stop();
+  }
+
+  /** Held-out loss (and greedy task reward for digit-sort) now; not written to `metrics.jsonl`. */
+  async evaluate(): Promise<EvalRecord> {
+    if (this.#loop.closed) throw new TrainerClosedError("SFTTrainer.evaluate");
+    return this.#evaluate(this.#loop.step);
+  }
+
+  /** Stops a running loop and stops the worker it started (or drops its trainer and model from `pool`). */
+  async close(): Promise<void> {
+    if (this.#loop.closed) return;
+    await this.#loop.close();
+    const p = this.#parts;
+    await p.evalEnv?.close();
+    if (p.ownsPool) {
+      await p.pool.close();
+      return;
+    }
+    await p.trainer.close().catch(() => undefined);
+    for (const name of [POLICY_MODEL, "ref"]) await p.trainer.worker.unloadModel(name).catch(() => undefined);
+  }
+
+  /** For `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  async #trainStep(step: number): Promise<StepOutcome> {
+    const start = performance.now();
+    const batch = this.#parts.batches.next();
+    const result = await this.trainer.step(batch);
+    const seconds = (performance.now() - start) / 1000;
+    const record: Record<string, number | null> = { step, policy_version: result.policyVersion };
+    for (const [name, value] of Object.entries(result.metrics)) record[name] = value;
+    Object.assign(record, { lr: result.lr, tokens_per_s: result.numTokens / seconds, step_time_s: seconds, epoch: this.#parts.batches.position.epoch });
+    return { record: record as StepRecord, samples: [] };
+  }
+
+  async #evaluate(step: number): Promise<EvalRecord> {
+    const { evalExamples, evalEnv } = this.#parts;
+    const loss = evalExamples === null ? null : ((await this.trainer.computeLoss(evalExamples)).metrics.loss ?? null);
+    if (evalEnv === null) return { step, count: evalExamples?.numel() ?? 0, rewardMean: null, rewardStd: null, rewards: {}, loss, samples: [] };
+    const heldOut = { env: evalEnv, position: () => null, epochSize: () => Promise.resolve(null), restart: () => void evalEnv.primer.resetDataloader() };
+    return evaluateOnEnv(heldOut, this.#evalPolicy, step, loss);
+  }
+
+  async #saveCheckpoint(dir: string): Promise<void> {
+    const data = this.#parts.batches.position;
+    const dataPosition: JsonValue = { data: { epoch: data.epoch, index: data.index } };
+    await this.trainer.saveCheckpoint(dir, { dataPosition });
+  }
+}
