@@ -182,7 +182,7 @@ describe("GRPOTrainer", { timeout: 120_000 }, () => {
   it("is reproducible: the same config and seed give the same rewards and losses, another seed does not", async () => {
     const run = async (name: string, seed: number): Promise<StepRecord[]> => {
       await using trainer = await GRPOTrainer.create(config(join(dir, name), { steps: 2, seed }), { pool });
-      return collect(trainer);
+      return await collect(trainer);
     };
     const pick = (records: StepRecord[]): unknown[] => records.map((r) => [r.reward_mean, r.loss]);
     const a = await run("repro-a", 7);
