@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Idempotent setup for a checkout of posttrain: npm packages, then a Python venv in .venv with the worker
-// installed editable (plus the test extras). A stamp of the inputs makes a second run a no-op (well under 5 s).
+// installed editable, with its test extras (TRL, TorchRL, ... for the parity tests) unless `--runtime` is given
+// (`npm run demo` needs only the runtime). A stamp of the inputs makes a second run a no-op (well under 5 s).
 // Plain Node with no dependencies: it runs before node_modules exists.
+// It records how long it took in node_modules/.posttrain-setup.json, so the demo can count setup in its budget.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -13,6 +15,7 @@ const STAMP_VERSION = "1";
 const CPU_TORCH = "torch==2.13.0";
 const isWindows = process.platform === "win32";
 const venvPython = join(ROOT, ".venv", isWindows ? "Scripts/python.exe" : "bin/python");
+const runtimeOnly = process.argv.slice(2).includes("--runtime");
 
 function log(message) {
   process.stderr.write(`[posttrain setup] ${message}\n`);
@@ -75,8 +78,11 @@ function findBasePython() {
 function ensureVenv() {
   const stampPath = join(ROOT, ".venv", ".posttrain-stamp");
   const torchSpec = process.env.POSTTRAIN_TORCH_SPEC ?? "";
-  const want = hashOf(join(ROOT, "pyproject.toml")) + `:${torchSpec}`;
-  if (existsSync(venvPython) && readStamp(stampPath) === want) return;
+  const base = hashOf(join(ROOT, "pyproject.toml")) + `:${torchSpec}`;
+  const want = `${base}:${runtimeOnly ? "runtime" : "test"}`;
+  const have = readStamp(stampPath);
+  // An install with the test extras also serves the runtime.
+  if (existsSync(venvPython) && (have === want || (runtimeOnly && have === `${base}:test`))) return;
   if (!existsSync(venvPython)) {
     const base = findBasePython();
     log(`creating .venv with ${base} (first run: about 1 to 2 minutes in all)`);
@@ -92,8 +98,8 @@ function ensureVenv() {
     log(`installing ${spec}${hasCuda ? "" : " (no CUDA found: CPU build)"}`);
     run(pip[0], [...pip.slice(1), ...pipArgs, spec], "torch");
   }
-  log("installing the worker (python_worker/, editable) with its test extras");
-  run(pip[0], [...pip.slice(1), ...pipArgs, "-e", `${ROOT}[test]`], "posttrain_worker");
+  log(`installing the worker (python_worker/, editable)${runtimeOnly ? "" : " with its test extras"}`);
+  run(pip[0], [...pip.slice(1), ...pipArgs, "-e", runtimeOnly ? ROOT : `${ROOT}[test]`], "posttrain_worker");
   writeFileSync(stampPath, want);
 }
 
@@ -102,3 +108,4 @@ ensureNodeModules();
 ensureVenv();
 const seconds = (Date.now() - started) / 1000;
 if (seconds > 1) log(`ready in ${seconds.toFixed(1)} s`);
+writeFileSync(join(ROOT, "node_modules", ".posttrain-setup.json"), JSON.stringify({ finishedAt: Date.now(), seconds }));

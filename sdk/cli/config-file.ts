@@ -7,6 +7,7 @@ import { readFile } from "node:fs/promises";
 import { parse as parseYaml, YAMLParseError } from "yaml";
 import type { z } from "zod";
 import { PosttrainError } from "../../bridge/errors.js";
+import { unknownKeyHint } from "../trainers/config-keys.js";
 
 /** A config file that cannot be read, is not valid YAML, or does not fit the trainer's schema (exit code 2). */
 export class ConfigFileError extends PosttrainError {
@@ -109,7 +110,7 @@ export function checkConfig<T>(schema: z.ZodType<T>, config: unknown, source: st
   const lines = parsed.error.issues.map((issue) => {
     if (issue.code === "unrecognized_keys") {
       const parent = issue.path.map(String).join(".");
-      return issue.keys.map((key) => `  ${parent === "" ? key : `${parent}.${key}`}: not a config field here`).join("\n");
+      return issue.keys.map((key) => `  ${parent === "" ? key : `${parent}.${key}`}: not a config field here${unknownKeyHint(schema, issue.path, key)}`).join("\n");
     }
     const field = issue.path.length > 0 ? issue.path.map(String).join(".") : "(top level)";
     const got = shownValue(config, issue.path);

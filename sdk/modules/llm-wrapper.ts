@@ -115,11 +115,8 @@ export abstract class LLMWrapperBase {
     const { model, inputMode } = this.options;
     const rows = td.batchSize.reduce((a, b) => a * b, 1);
     const flat = td.reshape([rows]);
-    let prompts = flat.select(PROMPT_KEYS[inputMode]);
-    if (inputMode === "history") {
-      const rendered = await this.worker.applyChatTemplate(model, prompts, { key: "prompt" }, requestOptions);
-      prompts = rendered.select(["tokens", "prompt"]);
-    }
+    // History prompts go as they are: the worker renders them with the model's chat template (one call).
+    const prompts = flat.select(PROMPT_KEYS[inputMode]);
     const out = await this.worker.generate(model, prompts, sampling, requestOptions);
     const samples = sampling.numSamples ?? 1;
     const repeated = samples === 1 ? flat : flat.index(Int32Array.from({ length: rows * samples }, (_, i) => Math.floor(i / samples)));

@@ -1,6 +1,7 @@
 /**
- * `RunDirectory`: the files of one training run — `config.yaml` (the resolved config), `metrics.jsonl` (one fsync'd
- * line per step), `samples.jsonl`, `checkpoints/step-<N>/` (pruned to the last few) and `report.html`.
+ * `RunDirectory`: the files of one training run — `config.yaml` (the resolved config), `metrics.jsonl` (one
+ * line per step, fsynced before each checkpoint), `samples.jsonl`, `checkpoints/step-<N>/` (pruned to the last few)
+ * and `report.html`.
  * See docs/trainers.md ("Run directory").
  */
 import { mkdir, open, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
@@ -26,11 +27,31 @@ async function readOptional(path: string): Promise<string | undefined> {
   }
 }
 
+/**
+ * Appends `lines` to `path`. No fsync here (it costs milliseconds a step on some disks): the lines are with the OS
+ * once this resolves, so a crash of the process loses nothing, and {@link syncFile} makes them durable before a
+ * checkpoint is written.
+ */
 async function appendLines(path: string, lines: readonly string[]): Promise<void> {
   if (lines.length === 0) return;
   const handle = await open(path, "a");
   try {
     await handle.appendFile(lines.map((l) => `${l}\n`).join(""), "utf8");
+  } finally {
+    await handle.close();
+  }
+}
+
+/** fsyncs `path` when it exists. */
+async function syncFile(path: string): Promise<void> {
+  let handle;
+  try {
+    handle = await open(path, "r+");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw err;
+  }
+  try {
     await handle.sync();
   } finally {
     await handle.close();
@@ -116,6 +137,12 @@ export class RunDirectory {
   /** Appends one line to `metrics.jsonl` and syncs it to disk. */
   async appendMetrics(record: MetricRecord): Promise<void> {
     await appendLines(this.metricsPath, [jsonLine(record)]);
+  }
+
+  /** Makes `metrics.jsonl` and `samples.jsonl` durable (fsync): called before each checkpoint. */
+  async sync(): Promise<void> {
+    await syncFile(this.metricsPath);
+    await syncFile(this.samplesPath);
   }
 
   /** Appends lines to `samples.jsonl`. */

@@ -134,12 +134,19 @@ export class RunLoop {
     } finally {
       try {
         if (!failed) await this.#checkpoint();
-        await this.#o.runDir.writeReport().catch(() => undefined);
+        await this.#writeReport();
       } finally {
         this.#running = false;
         finished();
       }
     }
+  }
+
+  /** Writes `report.html`; a failure is logged, not thrown (the run and its checkpoint matter more). */
+  async #writeReport(): Promise<void> {
+    await this.#o.runDir.writeReport().catch((err: unknown) => {
+      this.#o.log(`${this.#o.name}: could not write ${this.#o.runDir.reportPath}: ${err instanceof Error ? err.message : String(err)}`);
+    });
   }
 
   /** Writes the current step's checkpoint unless it exists; calls are serialised. */
@@ -152,6 +159,7 @@ export class RunLoop {
   async #writeCheckpoint(): Promise<void> {
     if (this.#step === 0 || this.#lastCheckpoint?.step === this.#step) return;
     const dir = this.#o.runDir.checkpointPath(this.#step);
+    await this.#o.runDir.sync(); // the metrics up to this step are on disk before the checkpoint that resumes after them
     await this.#o.saveCheckpoint(dir, this.#step);
     this.#lastCheckpoint = { step: this.#step, path: dir };
     await this.#o.runDir.pruneCheckpoints(this.#o.checkpoint.keepLast);
@@ -170,7 +178,7 @@ export class RunLoop {
     }
     if (this.#closed) return;
     await this.#checkpoint();
-    if (this.#step > 0) await this.#o.runDir.writeReport().catch(() => undefined);
+    if (this.#step > 0) await this.#writeReport();
   }
 
   /** Stops a running loop and detaches from the signal. */

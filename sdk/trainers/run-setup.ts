@@ -9,6 +9,7 @@ import { InvalidArgumentError } from "../../bridge/index.js";
 import { makeTinyModel } from "../models/tiny.js";
 import type { WorkerClient } from "../workers/client.js";
 import { WorkerPool } from "../workers/pool.js";
+import { unknownKeyHint } from "./config-keys.js";
 import type { ModelConfigSchema } from "./run-config.js";
 import type { RunDirectory } from "./run-directory.js";
 
@@ -113,8 +114,10 @@ export function parseRunConfig<T>(schema: z.ZodType<T>, value: unknown, where: s
   if (parsed.success) return parsed.data;
   const problems = parsed.error.issues.map((issue) => {
     const field = issue.path.length > 0 ? `.${issue.path.map(String).join(".")}` : "";
-    const got = issue.code === "unrecognized_keys" ? "" : ` (got ${shown(valueAt(value, issue.path))})`;
-    return `${where}${field}: ${issue.message}${got}`;
+    if (issue.code === "unrecognized_keys") {
+      return issue.keys.map((key) => `${where}${field}.${key}: not a config field here${unknownKeyHint(schema, issue.path, key)}`).join("; ");
+    }
+    return `${where}${field}: ${issue.message} (got ${shown(valueAt(value, issue.path))})`;
   });
   throw new InvalidArgumentError(problems.join("; "));
 }

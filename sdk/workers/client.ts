@@ -95,7 +95,8 @@ export class WorkerClient {
 
   /**
    * Samples completions from the loaded model `model` for a batch of prompts: `prompts` holds
-   * `("tokens","prompt")` (ragged int64) or `("text","prompt")` (strings). The result has TorchRL's keys:
+   * `("tokens","prompt")` (ragged int64), `("text","prompt")` (strings) or `("history","prompt")` (conversations,
+   * rendered in the worker with the model's chat template and its generation prompt). The result has TorchRL's keys:
    * `("tokens"|"text", "prompt"|"response"|"full")`, `("log_probs","response"|"full")`,
    * `("masks","all_attention_mask"|"all_assistant_mask")` and `finish_reason`; its batch size is `[B]`, or
    * `[B, numSamples]` when `numSamples > 1`. See docs/models.md.

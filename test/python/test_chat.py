@@ -139,3 +139,40 @@ def test_tokens_feed_generation(client: Client) -> None:
     ok(reply)
     out = decode_batch(frames[0])
     assert torch.equal(out.columns["tokens"]["prompt"].values, prompts.values)  # type: ignore[index, union-attr]
+
+
+def generate(client: Client, batch: TensorBatch) -> Any:
+    reply, frames = client.call(
+        "generate",
+        {"model": "policy", "maxNewTokens": 5, "seed": 3, "numSamples": 2},
+        [{"kind": "tensordict"}],
+        (bytes(encode_batch(batch)),),
+    )
+    return reply, frames
+
+
+def test_generate_renders_history_prompts_as_apply_chat_template_does(client: Client) -> None:
+    reply, frames = apply(client, CHATS)
+    ok(reply)
+    rendered = decode_batch(frames[0]).columns
+    from_tokens = generate(client, TensorBatch((2,), {"tokens": {"prompt": rendered["tokens"]["prompt"]}}))  # type: ignore[index]
+    from_history = generate(client, TensorBatch((2,), {"history": {"prompt": HistoryColumn(CHATS)}}))
+    ok(from_tokens[0])
+    ok(from_history[0])
+    a, b = decode_batch(from_tokens[1][0]).columns, decode_batch(from_history[1][0]).columns
+    for key in ("prompt", "response", "full"):
+        assert rows_of(a["tokens"][key]) == rows_of(b["tokens"][key])  # type: ignore[index]
+    assert torch.equal(a["log_probs"]["full"].values, b["log_probs"]["full"].values)  # type: ignore[index]
+    # the rendered prompt text comes back (each prompt twice: two samples)
+    texts = rendered["text"]["prompt"]  # type: ignore[index]
+    assert b["text"]["prompt"] == [t for t in texts for _ in range(2)]  # type: ignore[index]
+
+
+def test_generate_without_a_prompt_key_names_every_accepted_one(client: Client) -> None:
+    reply, _ = generate(client, TensorBatch((1,), {"history": {"full": HistoryColumn([CHATS[0]])}}))
+    failure = error(reply, "BAD_PAYLOAD")
+    for key in ('("tokens", "prompt")', '("text", "prompt")', '("history", "prompt")'):
+        assert key in failure
+    reply, _ = generate(client, TensorBatch((1,), {"history": {"prompt": HistoryColumn([[]])}}))
+    assert "row 0 holds an empty conversation" in error(reply, "BAD_ARGUMENTS")
+    ok(client.call("ping", {})[0])

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+from peers.require import require_peer
 from posttrain_worker.objectives import (
     LossBatch,
     batch_norm,
@@ -30,13 +31,10 @@ from posttrain_worker.objectives import (
 )
 from torch import nn
 
-tensordict = pytest.importorskip("tensordict", reason="tensordict is not installed (test-only extra)")
-torchrl_grpo = pytest.importorskip(
-    "torchrl.objectives.llm.grpo", reason="torchrl is not installed (test extra)"
-)
-torchrl_sft = pytest.importorskip(
-    "torchrl.objectives.llm.sft", reason="torchrl is not installed (test extra)"
-)
+# Skipped where the peers are missing, a failure where they are required (CI): see peers/require.py.
+tensordict = require_peer("tensordict", "tensordict")
+torchrl_grpo = require_peer("torchrl.objectives.llm.grpo", "torchrl")
+torchrl_sft = require_peer("torchrl.objectives.llm.sft", "torchrl")
 from torchrl.modules.distributions import LLMMaskedCategorical  # noqa: E402
 
 TensorDict = tensordict.TensorDict

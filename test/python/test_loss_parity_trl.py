@@ -23,9 +23,12 @@ from typing import Any
 
 import pytest
 import torch
+from peers.require import require_peer
 from posttrain_worker.objectives import LossBatch, batch_norm, compute_loss, parse_loss_config
 
-trl = pytest.importorskip("trl", reason="trl is not installed (test-only extra)")
+# Skipped where trl is missing, a failure where the peers are required (CI): see peers/require.py.
+# The trainer module itself, so that an installed trl that cannot import it counts as missing too.
+require_peer("trl.trainer.grpo_trainer", "trl")
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 F64 = torch.float64

@@ -1,6 +1,6 @@
 """Training through a real worker on the tiny model: a step's metrics and effect, training log-probs equal to
-scoring's bit for bit, micro-batches equal to the full batch, the reference model, token-level advantages,
-optimizers, and learning-rate schedules against transformers' own."""
+scoring's bit for bit, micro-batches equal to the full batch, gradient clipping, the reference model,
+token-level advantages, optimizers, and learning-rate schedules against transformers' own."""
 
 from __future__ import annotations
 
@@ -151,6 +151,43 @@ def test_micro_batches_give_the_full_batch_loss_and_gradient(
     base = weights(client, "ref")
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-6
     assert any(not torch.equal(a[k], base[k]) for k in a)
+
+
+# ---- gradient clipping ---------------------------------------------------------------------------------
+
+
+def test_grad_clip_reports_the_norm_before_clipping_and_scales_the_update(
+    client: Client, tiny_dir: Path
+) -> None:
+    """Two identical models, SGD with lr 1 (the weights move by exactly minus the gradient), one without
+    clipping and one with ``gradClip`` a quarter of the gradient's norm: both report the norm before clipping
+    (above ``gradClip``), the same loss, and the clipped update is the unclipped one times
+    ``gradClip / grad_norm`` (so its norm is ``gradClip``)."""
+    load(client, "policy", tiny_dir)
+    load(client, "free", tiny_dir)
+    load(client, "clipped", tiny_dir)
+    sgd = {"type": "sgd", "lr": 1.0}
+    batch = rollout(client, seed=12, tokens=12)
+    base = weights(client, "free")
+    create(client, "free", optimizer=sgd, gradClip=None)
+    free = ok(step(client, batch, "free"))["metrics"]
+    clip = free["grad_norm"] / 4
+    assert create(client, "clipped", optimizer=sgd, gradClip=clip)["gradClip"] == clip
+    clipped = ok(step(client, batch, "clipped"))["metrics"]
+    assert clipped["grad_norm"] > clip
+    assert clipped["grad_norm"] == pytest.approx(free["grad_norm"], rel=1e-6)
+    assert clipped["loss"] == pytest.approx(free["loss"], abs=1e-7)
+    after_free, after_clipped = weights(client, "free"), weights(client, "clipped")
+    scale = clip / clipped["grad_norm"]
+    update_norm_sq = 0.0
+    for name, before in base.items():
+        unclipped_update = after_free[name] - before
+        clipped_update = after_clipped[name] - before
+        error = float((clipped_update - unclipped_update * scale).abs().max())
+        assert error < 1e-5, (name, error)
+        update_norm_sq += float(clipped_update.double().square().sum())
+    assert update_norm_sq**0.5 == pytest.approx(clip, rel=1e-3)
+    assert any(not torch.equal(after_free[k], after_clipped[k]) for k in base)
 
 
 # ---- the reference model -------------------------------------------------------------------------------

@@ -164,6 +164,28 @@ def test_a_non_finite_loss_names_the_step_and_changes_nothing(client: Client, ba
     assert ok(step(client, batch))["step"] == 2
 
 
+def test_a_nan_loss_is_non_finite_loss(client: Client, batch: TensorBatch) -> None:
+    """The same overflowing ratio with zero advantages: ``inf * 0`` makes the loss NaN (not inf), which is
+    NON_FINITE_LOSS as well, reported as ``nan``; nothing is applied. (A NaN in the loss's inputs cannot get
+    this far: the loss checks its inputs are finite under the mask first.)"""
+    create(client)
+    before = weights(client, "policy")
+    old = [torch.full_like(r, -1e30) for r in rows_of(batch.columns["log_probs"]["full"])]  # type: ignore[index]
+    bad = replaced(
+        replaced(batch, ("log_probs", "full"), ragged(old, torch.float32)),
+        ("advantage",),
+        torch.zeros(batch.rows),
+    )
+    reply = step(client, bad)
+    message = error(reply, "NON_FINITE_LOSS")
+    assert reply["error"]["details"]["loss"] == "nan" and "is nan" in message
+    assert reply["error"]["details"]["step"] == 1 and "step 1" in message
+    after = weights(client, "policy")
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert ok(client.call("trainer_state", {"model": "policy"})[0])["step"] == 0
+    still_serves(client, batch)
+
+
 def test_non_finite_gradients_stop_the_optimizer_in_process(tiny_dir: Path, batch: TensorBatch) -> None:
     """A gradient hook turns one gradient into inf: the step fails with NON_FINITE_GRADIENT before the
     optimizer runs, and the parameters are unchanged (the trainer in this process, the same code)."""

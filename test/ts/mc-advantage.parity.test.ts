@@ -1,7 +1,8 @@
 // Parity with TorchRL: the same trajectories go through TorchRL's own MCAdvantage / TopKRewardSelector (run by
 // test/python/peers/torchrl_replay_transforms.py in the project's .venv) and through posttrain's; the written rows,
-// their order, the advantages (within 1e-6) and the counters must agree. If TorchRL cannot be imported, the test says
-// so and is skipped.
+// their order, the advantages (within 1e-6) and the counters must agree. If TorchRL cannot be imported, the test is
+// skipped with the reason, except where peers are required (CI set to a truthy value, as CI=true, or
+// POSTTRAIN_REQUIRE_PEERS=1): there it fails, so parity is never skipped silently in CI (as test/python/peers/require.py).
 import { execFile } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,6 +11,14 @@ import { resolvePython } from "../../bridge/worker/python.js";
 import { MCAdvantage, RaggedTensor, Tensor, TensorDict, TopKRewardSelector, type MCAdvantageOptions } from "../../sdk/index.js";
 
 const PEER = join(dirname(fileURLToPath(import.meta.url)), "../python/peers/torchrl_replay_transforms.py");
+const INSTALL_HINT =
+  "install the test extra into the project's .venv: `.venv/bin/pip install -e '.[test]'` (`npm test` and `node bridge/setup/bootstrap.mjs` bootstrap it)";
+
+/** True when a peer that cannot run must fail the test rather than skip it: `CI` truthy or `POSTTRAIN_REQUIRE_PEERS=1`. */
+function peersRequired(): boolean {
+  const ci = (process.env.CI ?? "").trim().toLowerCase();
+  return !["", "0", "false", "no", "off"].includes(ci) || (process.env.POSTTRAIN_REQUIRE_PEERS ?? "").trim() === "1";
+}
 
 /** A trajectory: its id, its group (prompt) and the reward of each step (a nested list: [k] or [L, k]). */
 interface Trajectory {
@@ -144,9 +153,10 @@ describe("MCAdvantage / TopKRewardSelector parity with TorchRL", () => {
     const label = `${scenario.transform} ${JSON.stringify(scenario.options)}`;
     it(`agrees with TorchRL: ${label}`, (ctx) => {
       if (peer.unavailable !== undefined) {
-        console.warn(`TorchRL's ${scenario.transform} could not be run, parity not checked: ${peer.unavailable}`);
-        ctx.skip();
-        return;
+        const reason = `parity peer torchrl + tensordict (TorchRL's ${scenario.transform}, run by ${resolvePython()}) cannot be imported (${peer.unavailable})`;
+        if (peersRequired()) throw new Error(`${reason}; peers are required here (CI or POSTTRAIN_REQUIRE_PEERS=1): ${INSTALL_HINT}`);
+        console.warn(`${reason}; parity not checked. ${INSTALL_HINT}`);
+        ctx.skip(`${reason}; ${INSTALL_HINT}`);
       }
       const reference = peer.results![index]!;
       const transform =

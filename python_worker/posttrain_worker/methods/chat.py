@@ -14,8 +14,8 @@ import torch
 
 from posttrain_worker.codec.types import HistoryColumn, TensorBatch
 from posttrain_worker.methods.payload_keys import key_name, lookup, missing_key, ragged, single_batch
-from posttrain_worker.models.chat import render_chat
-from posttrain_worker.models.store import ModelStore
+from posttrain_worker.models.chat import RenderedChat, render_chat
+from posttrain_worker.models.store import LoadedModel, ModelStore
 from posttrain_worker.protocol.args import ArgReader
 from posttrain_worker.protocol.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
 from posttrain_worker.server.registry import CallContext, MethodOutcome, MethodRegistry
@@ -48,12 +48,46 @@ def parse_chat(method: str, args: dict[str, Any]) -> ChatArgs:
     return ChatArgs(model, key, add, cont)
 
 
+def render_rows(
+    method: str,
+    loaded: LoadedModel,
+    column: HistoryColumn,
+    *,
+    add_generation_prompt: bool,
+    continue_final: bool,
+) -> list[RenderedChat]:
+    """Each row's conversation rendered by the model's chat template; a model without one, and an empty or
+    unrenderable conversation, are ``BAD_ARGUMENTS`` (naming the row)."""
+    tokenizer = loaded.tokenizer
+    if not getattr(tokenizer, "chat_template", None):
+        raise WorkerFailure(BAD_ARGUMENTS, f"{method}: model {loaded.name!r} has no chat template")
+    rendered = []
+    for row, conversation in enumerate(column.rows):
+        if not conversation:
+            raise WorkerFailure(
+                BAD_ARGUMENTS, f"{method}: row {row} holds an empty conversation", {"row": row}
+            )
+        try:
+            rendered.append(
+                render_chat(
+                    tokenizer,
+                    conversation,
+                    add_generation_prompt=add_generation_prompt,
+                    continue_final=continue_final,
+                )
+            )
+        except (ValueError, TypeError, KeyError) as exc:  # jinja and HF raise these on bad messages
+            raise WorkerFailure(
+                BAD_ARGUMENTS,
+                f"{method}: row {row} could not be rendered ({type(exc).__name__}: {exc})",
+                {"row": row},
+            ) from None
+    return rendered
+
+
 def register_chat_methods(registry: MethodRegistry, store: ModelStore) -> None:
     def apply_chat_template(ctx: CallContext, args: ChatArgs) -> MethodOutcome:
         loaded = store.get(args.model)
-        tokenizer = loaded.tokenizer
-        if not getattr(tokenizer, "chat_template", None):
-            raise WorkerFailure(BAD_ARGUMENTS, f"{ctx.method}: model {args.model!r} has no chat template")
         batch = single_batch(ctx)
         key = ("history", args.key)
         column = lookup(batch, key)
@@ -61,27 +95,13 @@ def register_chat_methods(registry: MethodRegistry, store: ModelStore) -> None:
             raise missing_key(ctx.method, batch, [key])
         if not isinstance(column, HistoryColumn):
             raise WorkerFailure(BAD_PAYLOAD, f"{ctx.method}: {key_name(key)} must be a history leaf")
-        rendered = []
-        for row, conversation in enumerate(column.rows):
-            if not conversation:
-                raise WorkerFailure(
-                    BAD_ARGUMENTS, f"{ctx.method}: row {row} holds an empty conversation", {"row": row}
-                )
-            try:
-                rendered.append(
-                    render_chat(
-                        tokenizer,
-                        conversation,
-                        add_generation_prompt=args.add_generation_prompt,
-                        continue_final=args.continue_final_message,
-                    )
-                )
-            except (ValueError, TypeError, KeyError) as exc:  # jinja and HF raise these on bad messages
-                raise WorkerFailure(
-                    BAD_ARGUMENTS,
-                    f"{ctx.method}: row {row} could not be rendered ({type(exc).__name__}: {exc})",
-                    {"row": row},
-                ) from None
+        rendered = render_rows(
+            ctx.method,
+            loaded,
+            column,
+            add_generation_prompt=args.add_generation_prompt,
+            continue_final=args.continue_final_message,
+        )
         tokens = ragged([r.tokens for r in rendered], torch.int64)
         assistant = ragged([r.assistant_mask for r in rendered], torch.bool)
         attention = ragged([torch.ones(r.tokens.numel(), dtype=torch.bool) for r in rendered], torch.bool)

@@ -1,10 +1,11 @@
 """``generate`` and ``score`` on a model of the store (docs/models.md, "Generation and scoring in the
 worker").
 
-Payload keys follow TorchRL's LLM wrappers. Generation reads ``("tokens", "prompt")`` or
-``("text", "prompt")`` and writes ``tokens`` and ``text`` (``prompt``, ``response``, ``full``),
-``log_probs`` (``response``, ``full``), ``masks`` (``all_attention_mask``, ``all_assistant_mask``) and
-``finish_reason``. Scoring reads ``("tokens", "full")`` (or ``("text", "full")``, tokenized here and echoed as
+Payload keys follow TorchRL's LLM wrappers. Generation reads ``("tokens", "prompt")``,
+``("text", "prompt")`` or ``("history", "prompt")`` (rendered with the model's chat template) and writes
+``tokens`` and ``text`` (``prompt``, ``response``, ``full``), ``log_probs`` (``response``, ``full``),
+``masks`` (``all_attention_mask``, ``all_assistant_mask``) and ``finish_reason``. Scoring reads
+``("tokens", "full")`` (or ``("text", "full")``, tokenized here and echoed as
 ``("tokens", "full")``) and writes ``("log_probs", "full")``.
 
 Both backends go through here: argument checks, prompt checks and the output payload are shared, and only the
@@ -22,7 +23,8 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.codec.types import Column, Ragged, TensorBatch
+from posttrain_worker.codec.types import Column, HistoryColumn, Ragged, TensorBatch
+from posttrain_worker.methods.chat import render_rows
 from posttrain_worker.methods.payload_keys import key_name, lookup, missing_key, ragged, single_batch
 from posttrain_worker.models.generation import GeneratedRow, pad_token_id
 from posttrain_worker.models.generation import generate as run_generation
@@ -188,13 +190,28 @@ def _tokens_or_text(
 # ---- generate ------------------------------------------------------------------------------------------
 
 PROMPT_KEYS = (("tokens", "prompt"), ("text", "prompt"))
+HISTORY_PROMPT = ("history", "prompt")
 
 
 def _prompts(
     ctx: CallContext, args: GenerateArgs, loaded: LoadedModel, batch: TensorBatch
 ) -> tuple[list[torch.Tensor], list[str | None]]:
-    """The prompt token rows, and for text input the prompt strings (``None`` where tokens came in)."""
-    rows, strings = _tokens_or_text(ctx.method, loaded, batch, PROMPT_KEYS)
+    """The prompt token rows, and for text or history input the prompt strings (``None`` where tokens came
+    in). Conversations (``("history", "prompt")``, read when neither tokens nor text are given) are rendered
+    with the model's chat template and its generation prompt, as ``apply_chat_template`` renders them."""
+    history = lookup(batch, HISTORY_PROMPT)
+    if history is not None and all(lookup(batch, key) is None for key in PROMPT_KEYS):
+        if not isinstance(history, HistoryColumn):
+            raise WorkerFailure(
+                BAD_PAYLOAD, f"{ctx.method}: {key_name(HISTORY_PROMPT)} must be a history leaf"
+            )
+        rendered = render_rows(ctx.method, loaded, history, add_generation_prompt=True, continue_final=False)
+        rows: list[torch.Tensor] = [r.tokens for r in rendered]
+        strings: list[str | None] = [r.text for r in rendered]
+    elif all(lookup(batch, key) is None for key in PROMPT_KEYS):
+        raise missing_key(ctx.method, batch, (*PROMPT_KEYS, HISTORY_PROMPT))
+    else:
+        rows, strings = _tokens_or_text(ctx.method, loaded, batch, PROMPT_KEYS)
     for index, row in enumerate(rows):
         if row.numel() == 0:
             raise WorkerFailure(
@@ -274,53 +291,54 @@ def _generate_outcome(
     k: int,
     seed: int,
 ) -> MethodOutcome:
-    """The ``generate`` payload from the rows of either backend (``k`` consecutive rows per prompt)."""
+    """The ``generate`` payload from the rows of either backend (``k`` consecutive rows per prompt).
+
+    Built with one concatenation per column rather than per row: with a few hundred short rows the per-row
+    tensor calls would cost more than the decoding loop's last steps."""
     prompt_strings = [
         text if text is not None else _decode(tokenizer, prompt)
         for prompt, text in zip(prompts, prompt_texts, strict=True)
     ]
-    full_tokens: list[torch.Tensor] = []
-    full_logps: list[torch.Tensor] = []
-    assistant: list[torch.Tensor] = []
-    response_text: list[str] = []
-    full_text: list[str] = []
-    for i, row in enumerate(rows):
-        prompt = expanded[i]
-        full_tokens.append(torch.cat([prompt, row.tokens]))
-        full_logps.append(torch.cat([torch.zeros(prompt.numel(), dtype=torch.float32), row.log_probs]))
-        assistant.append(
-            torch.cat(
-                [
-                    torch.zeros(prompt.numel(), dtype=torch.bool),
-                    torch.ones(row.tokens.numel(), dtype=torch.bool),
-                ]
-            )
-        )
-        text = _decode(tokenizer, row.tokens)
-        response_text.append(text)
-        full_text.append(prompt_strings[i // k] + text)
+    responses = [r.tokens for r in rows]
+    decoded = tokenizer.batch_decode([r.tolist() for r in responses], skip_special_tokens=False)
+    response_text = [str(t) for t in decoded] if responses else []
+    prompt_text = [prompt_strings[i // k] for i in range(len(expanded))]
+    prompt_len = torch.tensor([int(p.numel()) for p in expanded], dtype=torch.int64)
+    full_len = prompt_len + torch.tensor([int(r.numel()) for r in responses], dtype=torch.int64)
+    offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    offsets[1:] = full_len.cumsum(0)
+    total = int(offsets[-1])
+    # Position of each value inside its row: the assistant mask is "at or past the prompt's length".
+    row_of = torch.repeat_interleave(torch.arange(len(rows)), full_len)
+    position = torch.arange(total) - offsets[:-1][row_of]
+    no_log_probs = torch.zeros(int(prompt_len.max()) if len(rows) else 0, dtype=torch.float32)
+    full_tokens = torch.cat(
+        [t for p, r in zip(expanded, responses, strict=True) for t in (p, r)] or [torch.zeros(0)]
+    )
+    full_logps = torch.cat(
+        [t for p, r in zip(expanded, rows, strict=True) for t in (no_log_probs[: p.numel()], r.log_probs)]
+        or [torch.zeros(0)]
+    )
 
     batch_size = (*batch.batch_size, k) if k > 1 else batch.batch_size
     columns: dict[str, Column] = {
         "tokens": {
             "prompt": ragged(expanded, torch.int64),
-            "response": ragged([r.tokens for r in rows], torch.int64),
-            "full": ragged(full_tokens, torch.int64),
+            "response": ragged(responses, torch.int64),
+            "full": Ragged(full_tokens.to(torch.int64), offsets),
         },
         "text": {
-            "prompt": [prompt_strings[i // k] for i in range(len(expanded))],
+            "prompt": prompt_text,
             "response": response_text,
-            "full": full_text,
+            "full": [p + r for p, r in zip(prompt_text, response_text, strict=True)],
         },
         "log_probs": {
             "response": ragged([r.log_probs for r in rows], torch.float32),
-            "full": ragged(full_logps, torch.float32),
+            "full": Ragged(full_logps.to(torch.float32), offsets),
         },
         "masks": {
-            "all_attention_mask": ragged(
-                [torch.ones(t.numel(), dtype=torch.bool) for t in full_tokens], torch.bool
-            ),
-            "all_assistant_mask": ragged(assistant, torch.bool),
+            "all_attention_mask": Ragged(torch.ones(total, dtype=torch.bool), offsets),
+            "all_assistant_mask": Ragged(position >= prompt_len[row_of], offsets),
         },
         "finish_reason": [r.finish_reason for r in rows],
     }

@@ -52,7 +52,12 @@ def render_chat(
         "continue_final_message": continue_final,
     }
     text = tokenizer.apply_chat_template(messages, tokenize=False, **options)
-    if not continue_final:
+    if not continue_final and not any(m["role"] == "assistant" for m in messages):
+        # No assistant message, so no {% generation %} block: the mask is all false and the tokens are those
+        # of the text (HF tokenizes its rendering the same way); this spares a second rendering of a prompt.
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        mask = [0] * len(ids)
+    elif not continue_final:
         ids, mask = _with_masks(tokenizer, messages, options["add_generation_prompt"])
     else:
         # HF refuses assistant masks together with continue_final_message: take them from the closed

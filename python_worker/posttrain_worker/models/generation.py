@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.models.sampling import SamplingParams, choose
+from posttrain_worker.models.sampling import SamplingParams, choose, draw_uniforms
 
 
 @dataclass
@@ -141,7 +141,9 @@ def generate_batch(
     live = [True] * n  # per batch row: still generating (always all true when finished rows are pruned)
     next_pos = lengths.to(device)  # position id of the next token of each batch row
 
-    for _ in range(max_new_tokens):
+    # Row r's uniform at step t is the t-th number of generators[r], drawn up front in one call per row.
+    uniforms = draw_uniforms(generators, max_new_tokens) if generators is not None else None
+    for step in range(max_new_tokens):
         check_cancelled()
         live_rows = [b for b, alive in enumerate(live) if alive]
         if len(live_rows) == len(batch_rows):
@@ -150,8 +152,11 @@ def generate_batch(
             index = torch.tensor(live_rows, dtype=torch.int64, device=device)
             sub_logits = logits[index]
             sub_seen = seen[index] if seen is not None else None
-        row_generators = [generators[batch_rows[b]] for b in live_rows] if generators is not None else None
-        picked_live = choose(sub_logits, sub_seen, params, row_generators)
+        row_uniforms = None
+        if uniforms is not None:
+            rows_now = torch.tensor([batch_rows[b] for b in live_rows], dtype=torch.int64)
+            row_uniforms = uniforms[rows_now, step]
+        picked_live = choose(sub_logits, sub_seen, params, row_uniforms)
         logps = torch.log_softmax(sub_logits, dim=-1).gather(-1, picked_live.unsqueeze(-1)).squeeze(-1)
         picked_cpu = picked_live.cpu().tolist()
         logps_cpu = logps.cpu().tolist()

@@ -5,8 +5,9 @@ The processing order is the one Hugging Face's ``generate`` applies (``LogitsPro
 ``generate`` reports are *not* taken from the processed distribution: they are ``log_softmax`` of the raw
 logits (see :mod:`posttrain_worker.models.generation`), as TorchRL's wrappers and vLLM report them.
 
-Sampling draws one uniform number per row and step from that row's own CPU ``torch.Generator`` and inverts
-the row's CDF (in float64). A row's draws therefore depend only on its generator, never on which other rows
+Sampling takes one uniform number per row and step from that row's own CPU ``torch.Generator`` (the
+decoding loop draws a row's numbers for every step at once: the same numbers, fewer calls) and inverts the
+row's CDF (in float64). A row's draws therefore depend only on its generator, never on which other rows
 share the forward pass, and the same seed gives the same uniforms on every device.
 """
 
@@ -93,14 +94,21 @@ def process_logits(logits: torch.Tensor, seen: torch.Tensor | None, params: Samp
     return apply_top_p(logits, params.top_p)
 
 
-def sample(processed: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
-    """One token per row from ``softmax(processed)``: inverse CDF, one uniform from each row's generator.
+def draw_uniforms(generators: Sequence[torch.Generator], steps: int) -> torch.Tensor:
+    """``[rows, steps]`` float64: the first ``steps`` uniforms of each row's generator, drawn at once (the
+    same numbers as ``steps`` draws of one, so a row's stream does not depend on how it is drawn)."""
+    if not generators:
+        return torch.zeros((0, steps), dtype=torch.float64)
+    return torch.stack([torch.rand(steps, generator=g, dtype=torch.float64) for g in generators])
 
-    The uniforms are drawn in float64 on the CPU (so they are the same on every device); the CDF is summed in
-    float64. The token picked always has a non-zero probability.
+
+def sample(processed: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row from ``softmax(processed)`` by inverse CDF, with ``uniforms[i]`` (float64, drawn on
+    the CPU from row ``i``'s generator, so the same on every device) for row ``i``.
+
+    The CDF is summed in float64. The token picked always has a non-zero probability.
     """
     vocab = processed.shape[-1]
-    uniforms = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])
     probs = torch.softmax(processed.to(torch.float64), dim=-1)
     cdf = probs.cumsum(dim=-1)
     target = (uniforms.to(processed.device) * cdf[:, -1]).unsqueeze(-1)
@@ -118,11 +126,12 @@ def choose(
     logits: torch.Tensor,
     seen: torch.Tensor | None,
     params: SamplingParams,
-    generators: Sequence[torch.Generator] | None,
+    uniforms: torch.Tensor | None,
 ) -> torch.Tensor:
-    """The next token of each row: argmax when greedy (first index on ties), else a seeded sample."""
+    """The next token of each row: argmax when greedy (first index on ties), else a sample with the row's
+    uniform (``uniforms[i]`` for row ``i``, see :func:`draw_uniforms`)."""
     processed = process_logits(logits, seen, params)
     if params.greedy:
         return processed.argmax(dim=-1)
-    assert generators is not None and len(generators) == logits.shape[0]
-    return sample(processed, generators)
+    assert uniforms is not None and uniforms.shape[0] == logits.shape[0]
+    return sample(processed, uniforms)

@@ -9,6 +9,7 @@ rounding).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,37 +18,61 @@ import torch
 
 def pad_right(sequences: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)``, both int64 ``[n, max length]`` on the CPU, rows right-padded."""
-    width = max((int(s.numel()) for s in sequences), default=0)
-    n = len(sequences)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.int64)
-    attention = torch.zeros((n, width), dtype=torch.int64)
-    for i, seq in enumerate(sequences):
-        input_ids[i, : seq.numel()] = seq
-        attention[i, : seq.numel()] = 1
+    if not sequences:
+        return torch.zeros((0, 0), dtype=torch.int64), torch.zeros((0, 0), dtype=torch.int64)
+    input_ids = torch.nn.utils.rnn.pad_sequence(
+        [s.to(torch.int64) for s in sequences], batch_first=True, padding_value=pad_id
+    )
+    lengths = torch.tensor([int(s.numel()) for s in sequences], dtype=torch.int64)
+    attention = (torch.arange(input_ids.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
     return input_ids, attention
 
 
-def forward_logits(model: Any, input_ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
-    """The raw logits ``[n, T, V]`` of right-padded rows, positions counting from 0 in every row."""
-    n, width = input_ids.shape
-    positions = torch.arange(width, device=input_ids.device).expand(n, width)
+def _accepts_logits_to_keep(model: Any) -> bool:
+    """Whether ``model.forward`` takes ``logits_to_keep`` (Hugging Face causal LMs; peft passes it on)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "logits_to_keep" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def forward_logits(
+    model: Any, input_ids: torch.Tensor, attention: torch.Tensor, *, first_column: int = 1
+) -> torch.Tensor:
+    """The raw logits of right-padded rows, positions counting from 0 in every row: ``[n, T, V]``, or only
+    the last ``T - first_column + 1`` positions (those that predict tokens ``first_column..T-1``, plus the
+    last one) when the model can skip the others, which saves the vocabulary projection of a long prompt."""
+    width = input_ids.shape[1]
+    # One row of positions broadcast over the batch (right padding: every row starts at 0), so the rotary
+    # tables are computed once rather than once per row.
+    positions = torch.arange(width, device=input_ids.device).unsqueeze(0)
+    keep = width - max(first_column, 1) + 1
+    extra: dict[str, Any] = {}
+    if keep < width and _accepts_logits_to_keep(model):
+        extra["logits_to_keep"] = keep
     return model(
         input_ids=input_ids,
         attention_mask=attention,
         position_ids=positions,
         use_cache=False,
         return_dict=True,
+        **extra,
     ).logits
 
 
 def token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """``[n, T]`` float32: entry ``t`` is ``log p(tok_t | tok_<t)`` from ``logits[:, t - 1]``; column 0 is 0.
+    """``[n, T]`` float32: entry ``t`` is ``log p(tok_t | tok_<t)`` from the logits of position ``t - 1``;
+    column 0 is 0. ``logits`` covers the last ``K`` positions (``K = T`` for all of them); the columns no
+    kept position predicts are 0 too.
 
     Scoring and training both go through here, so they agree bit for bit on the same logits."""
+    n, width = input_ids.shape
+    start = width - logits.shape[1] + 1
     shifted = logits[:, :-1, :].float()
-    targets = input_ids[:, 1:].unsqueeze(-1)
+    targets = input_ids[:, start:].unsqueeze(-1)
     picked = shifted.gather(-1, targets).squeeze(-1) - torch.logsumexp(shifted, dim=-1)
-    zeros = torch.zeros((input_ids.shape[0], 1), dtype=torch.float32, device=input_ids.device)
+    zeros = torch.zeros((n, start), dtype=torch.float32, device=input_ids.device)
     return torch.cat([zeros, picked], dim=-1)
 
 

@@ -28,13 +28,15 @@ class PolicyOutput:
     """``[B, T]`` bool: real tokens."""
 
 
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """``[n, T]`` float32: entry ``t`` is the entropy of the distribution at ``logits[:, t - 1]``; column 0
-    is 0."""
+def token_entropy(logits: torch.Tensor, width: int) -> torch.Tensor:
+    """``[n, width]`` float32: entry ``t`` is the entropy of the distribution at position ``t - 1``;
+    ``logits`` covers the last ``K`` of the ``width`` positions, and the columns no kept position predicts
+    (column 0 at least) are 0."""
     shifted = logits[:, :-1, :].float()
     log_p = torch.log_softmax(shifted, dim=-1)
     entropy = -(log_p.exp() * log_p).sum(dim=-1)
-    zeros = torch.zeros((logits.shape[0], 1), dtype=torch.float32, device=logits.device)
+    missing = width - shifted.shape[1]
+    zeros = torch.zeros((logits.shape[0], missing), dtype=torch.float32, device=logits.device)
     return torch.cat([zeros, entropy], dim=-1)
 
 
@@ -53,14 +55,16 @@ def policy_forward(
     device: torch.device,
     want_entropy: bool,
     autocast: str | None = None,
+    first_column: int = 1,
 ) -> PolicyOutput:
-    """One forward over ``rows`` (int64 1-D CPU tensors, each at least one token), right-padded."""
+    """One forward over ``rows`` (int64 1-D CPU tensors, each at least one token), right-padded. Only
+    columns from ``first_column`` on are computed (the loss reads no earlier one): the rest are 0."""
     input_ids, attention = pad_right(rows, pad_id)
     input_ids = input_ids.to(device)
     attention = attention.to(device)
     with autocast_context(device, autocast):
-        logits = forward_logits(model, input_ids, attention)
+        logits = forward_logits(model, input_ids, attention, first_column=first_column)
     mask = attention.bool()
     log_probs = token_log_probs(logits, input_ids) * mask
-    entropy = token_entropy(logits) * mask if want_entropy else None
+    entropy = token_entropy(logits, input_ids.shape[1]) * mask if want_entropy else None
     return PolicyOutput(log_probs, entropy, mask)

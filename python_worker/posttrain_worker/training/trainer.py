@@ -77,6 +77,12 @@ class _RowCut:
         return None if t is None else self(t)
 
 
+def _first_masked_column(mask: torch.Tensor) -> int:
+    """The first column of ``[n, T]`` the loss mask selects in any row (``T`` when none)."""
+    columns = torch.nonzero(mask.any(dim=0))
+    return int(columns[0]) if columns.numel() > 0 else int(mask.shape[1])
+
+
 @dataclass
 class StepTotals:
     loss: float
@@ -174,6 +180,8 @@ class Trainer:
         for index, (start, stop) in enumerate(slices):
             check_cancelled()
             width = max(lengths[start:stop])
+            cut = _RowCut(start, stop, width, device)
+            mask = cut(batch.mask)
             out = policy_forward(
                 self.model,
                 batch.rows[start:stop],
@@ -181,11 +189,11 @@ class Trainer:
                 device=device,
                 want_entropy=want_entropy,
                 autocast=self.config.autocast,
+                first_column=_first_masked_column(mask),
             )
-            cut = _RowCut(start, stop, width, device)
             loss_batch = api.LossBatch(
                 log_probs=out.log_probs,
-                mask=cut(batch.mask),
+                mask=mask,
                 old_log_probs=cut.optional(batch.old_log_probs),
                 ref_log_probs=cut.optional(batch.ref_log_probs),
                 advantages=cut.optional(batch.advantages),
