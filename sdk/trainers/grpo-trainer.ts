@@ -280,6 +280,14 @@ export class GRPOTrainer implements AsyncDisposable {
     return this.#loop.summary();
   }
 
+  /**
+   * The run so far: steps, whether it stopped early, the run directory, the report, the first evaluation (before the
+   * first step) and the last one, the last checkpoint. What `train()` returns; useful after iterating `run()`.
+   */
+  summary(): TrainSummary {
+    return this.#loop.summary();
+  }
+
   /** Finishes the current step, saves a checkpoint and the report, and ends `run()` cleanly. */
   async stop(): Promise<void> {
     await this.#loop.stop();

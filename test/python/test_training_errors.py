@@ -3,6 +3,7 @@ applied, and the worker keeps serving. Plus the gradient check before the optimi
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,32 @@ def test_a_nan_loss_is_non_finite_loss(client: Client, batch: TensorBatch) -> No
     after = weights(client, "policy")
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert ok(client.call("trainer_state", {"model": "policy"})[0])["step"] == 0
+    still_serves(client, batch)
+
+
+def test_nan_weights_are_non_finite_loss_not_a_bad_payload(
+    client: Client, tiny_dir: Path, batch: TensorBatch, tmp_path: Path
+) -> None:
+    """A model whose weights hold NaN computes NaN log-probs: NON_FINITE_LOSS naming the model's log-probs
+    (the request was fine), nothing applied, and the worker goes on serving."""
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "nan-model"
+    shutil.copytree(tiny_dir, broken)
+    weights_file = broken / "model.safetensors"
+    tensors = load_file(str(weights_file))
+    name = next(k for k in tensors if k.endswith("norm.weight"))
+    tensors[name] = torch.full_like(tensors[name], float("nan"))
+    save_file(tensors, str(weights_file), metadata={"format": "pt"})
+    ok(client.call("load_model", {"name": "nan", "path": str(broken), "replace": True}, timeout=60)[0])
+    create(client, model="nan")
+    before = weights(client, "nan")
+    reply = step(client, batch, model="nan")
+    message = error(reply, "NON_FINITE_LOSS")
+    assert "the model's log-probs" in message and "step 1" in message
+    after = weights(client, "nan")
+    assert all(torch.equal(before[k].nan_to_num(), after[k].nan_to_num()) for k in before)
+    ok(client.call("unload_model", {"name": "nan"})[0])
     still_serves(client, batch)
 
 

@@ -154,10 +154,10 @@ describe("GRPOTrainer", { timeout: 120_000 }, () => {
     const before = await collect(first, async (r) => {
       if (r.step === 2) await first.stop();
     });
-    const summary = { steps: first.step };
+    const summary = first.summary();
     await first.close();
     expect(before.map((r) => r.step)).toEqual([1, 2]);
-    expect(summary.steps).toBe(2);
+    expect(summary).toMatchObject({ steps: 2, stopped: true, runDir, checkpoint: join(runDir, "checkpoints", "step-2") });
     expect(await readdir(join(runDir, "checkpoints"))).toEqual(["step-2"]);
 
     // a fresh run may not reuse the directory, and a resume may not change a field that matters

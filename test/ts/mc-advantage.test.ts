@@ -14,6 +14,7 @@ import {
   Tensor,
   TensorDict,
   TopKRewardSelector,
+  groupAdvantages,
 } from "../../sdk/index.js";
 import { expectError } from "./tensordict.helpers.js";
 
@@ -46,6 +47,25 @@ function expected(rewards: readonly number[], eps = 1e-6): number[] {
   const variance = rewards.reduce((a, r) => a + (r - mean) * (r - mean), 0) / (rewards.length - 1);
   return rewards.map((r) => (r - mean) / Math.max(Math.sqrt(variance), eps));
 }
+
+describe("groupAdvantages (what GRPOTrainer uses on a step's flat rewards)", () => {
+  it("equals MCAdvantage on one-step trajectories, group by group, flat groups included", () => {
+    const groupSize = 4;
+    const rewards = [0, 1, 0.5, 0.25, 1, 1, 1, 1, 0.1, 0.9, 0.3, 0.7];
+    const transform = new MCAdvantage({ grpoSize: groupSize });
+    const fromTransform: number[] = [];
+    rewards.forEach((r, i) => {
+      const out = transform.inv(traj(`prompt ${Math.floor(i / groupSize)}`, [r]));
+      if (out !== null) fromTransform.push(...advantages(out));
+    });
+    const flat = Array.from(groupAdvantages(rewards, groupSize));
+    expect(fromTransform).toHaveLength(rewards.length);
+    flat.forEach((a, i) => {
+      expect(a).toBeCloseTo(fromTransform[i]!, 5);
+    });
+    expect(flat.slice(4, 8)).toEqual([0, 0, 0, 0]);
+  });
+});
 
 describe("MCAdvantage (per-step mode)", () => {
   it("writes (r − mean) / max(std, eps) over every reward of the group, laid out like the reward", () => {

@@ -191,6 +191,7 @@ class Trainer:
                 autocast=self.config.autocast,
                 first_column=_first_masked_column(mask),
             )
+            self._check_model_outputs(out.log_probs, out.entropy, mask, index, start, stop)
             loss_batch = api.LossBatch(
                 log_probs=out.log_probs,
                 mask=mask,
@@ -215,6 +216,27 @@ class Trainer:
                 summed[key] = summed[key] + metric.detach() if key in summed else metric.detach()
         metrics = api.finalize_metrics(summed, norm)
         return StepTotals(total, metrics, len(slices), norm.num_tokens, norm.num_sequences)
+
+    def _check_model_outputs(
+        self,
+        log_probs: torch.Tensor,
+        entropy: torch.Tensor | None,
+        mask: torch.Tensor,
+        index: int,
+        start: int,
+        stop: int,
+    ) -> None:
+        """Log-probs (and entropy) the model computed must be finite where the loss reads them: NaN or Inf
+        there comes from the weights or activations, not from the request, so it is ``NON_FINITE_LOSS``."""
+        for name, value in (("log-probs", log_probs), ("entropy", entropy)):
+            if value is not None and not bool(value.detach()[mask].isfinite().all()):
+                raise WorkerFailure(
+                    NON_FINITE_LOSS,
+                    f"step {self.step_count + 1}: the model's {name} on micro-batch {index} "
+                    f"(rows {start}..{stop - 1}) are not finite (NaN or Inf in the weights or activations); "
+                    "nothing was applied",
+                    {"step": self.step_count + 1, "microBatch": index, "loss": "nan"},
+                )
 
     def compute_loss(self, batch: TrainBatch, check_cancelled: Callable[[], None]) -> dict[str, Any]:
         """The loss and metrics of ``batch`` under the current weights, without gradient (eval mode)."""
