@@ -231,6 +231,8 @@ def test_seeds(client: Client, reference: tuple[Any, Any]) -> None:
     a = run(client, batch, seed=11, **sampling)
     b = run(client, batch, seed=11, **sampling)
     c = run(client, batch, seed=12, **sampling)
+    # microBatchSize 1 splits each group of samples (every row runs its own prefill); the default and 4 keep
+    # groups whole, so each prompt's prefill is run once and shared by its samples: the same rows either way
     one_by_one = run(client, batch, seed=11, microBatchSize=1, **sampling)
     pairs = run(client, batch, seed=11, microBatchSize=4, **sampling)
     assert tokens(a) == tokens(b) == tokens(one_by_one) == tokens(pairs)

@@ -269,10 +269,11 @@ def generate(store: ModelStore, ctx: CallContext, args: GenerateArgs) -> MethodO
         rows = run_generation(
             loaded.model,
             tokenizer,
-            expanded,
+            prompts,
             max_new_tokens=args.max_new_tokens,
             params=args.params,
             generators=generators,
+            num_samples=k,
             stop=args.stop,
             micro_batch_size=args.micro_batch_size,
             device=loaded.device,

@@ -97,20 +97,10 @@ def _forward(model: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
     return out.logits[:, -1, :].float(), out.past_key_values
 
 
-def generate_batch(
-    model: Any,
-    prompts: Sequence[torch.Tensor],
-    *,
-    max_new_tokens: int,
-    params: SamplingParams,
-    generators: Sequence[torch.Generator] | None,
-    eos_ids: set[int],
-    pad_id: int,
-    stop: StopStrings,
-    device: torch.device,
-    check_cancelled: Callable[[], None] = lambda: None,
-) -> list[GeneratedRow]:
-    """Generate for one micro-batch of non-empty prompts (int64 1-D CPU tensors), all rows in one forward."""
+def _left_padded(
+    prompts: Sequence[torch.Tensor], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention, positions, lengths)`` of left-padded prompts."""
     n = len(prompts)
     lengths = torch.tensor([int(p.numel()) for p in prompts], dtype=torch.int64)
     width = int(lengths.max())
@@ -122,11 +112,54 @@ def generate_batch(
     input_ids = input_ids.to(device)
     attention = attention.to(device)
     positions = (attention.cumsum(dim=-1) - 1).clamp(min=0)
+    return input_ids, attention, positions, lengths
 
-    check_cancelled()
+
+def _prefill(
+    model: Any, prompts: Sequence[torch.Tensor], repeats: int, pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The prompts' forward: ``(last logits, cache, input_ids, attention, lengths)`` for ``len(prompts) *
+    repeats`` rows, each prompt's rows consecutive. A prompt repeated ``repeats`` times (a GRPO group) is run
+    once and its cache copied, which spares ``repeats - 1`` prefills of it; caches that cannot be copied
+    row-wise get the repeated prompts run as they are."""
+    input_ids, attention, positions, lengths = _left_padded(prompts, pad_id, device)
     logits, cache = _forward(
         model, input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=1
     )
+    if repeats == 1:
+        return logits, cache, input_ids, attention, lengths
+    if not _prunable(cache):
+        expanded = [p for p in prompts for _ in range(repeats)]
+        return _prefill(model, expanded, 1, pad_id, device)
+    cache.batch_repeat_interleave(repeats)
+    return (
+        logits.repeat_interleave(repeats, dim=0),
+        cache,
+        input_ids.repeat_interleave(repeats, dim=0),
+        attention.repeat_interleave(repeats, dim=0),
+        lengths.repeat_interleave(repeats, dim=0),
+    )
+
+
+def generate_batch(
+    model: Any,
+    prompts: Sequence[torch.Tensor],
+    *,
+    max_new_tokens: int,
+    params: SamplingParams,
+    generators: Sequence[torch.Generator] | None,
+    eos_ids: set[int],
+    pad_id: int,
+    stop: StopStrings,
+    device: torch.device,
+    repeats: int = 1,
+    check_cancelled: Callable[[], None] = lambda: None,
+) -> list[GeneratedRow]:
+    """Generate for one micro-batch of non-empty prompts (int64 1-D CPU tensors), all rows in one forward:
+    ``repeats`` rows per prompt (consecutive), ``generators[i]`` for row ``i``."""
+    n = len(prompts) * repeats
+    check_cancelled()
+    logits, cache, input_ids, attention, lengths = _prefill(model, prompts, repeats, pad_id, device)
     prune = _prunable(cache)
     vocab = int(logits.shape[-1])
     seen: torch.Tensor | None = None  # per row, the tokens already in it (for the repetition penalty)
@@ -226,34 +259,41 @@ def generate(
     max_new_tokens: int,
     params: SamplingParams,
     generators: Sequence[torch.Generator] | None,
+    num_samples: int = 1,
     stop: Sequence[str] = (),
     micro_batch_size: int | None = None,
     device: torch.device | None = None,
     check_cancelled: Callable[[], None] = lambda: None,
 ) -> list[GeneratedRow]:
-    """Generate for every prompt (one row per prompt-sample; ``generators[i]`` belongs to ``prompts[i]``),
-    ``micro_batch_size`` rows per forward (all of them when ``None``)."""
+    """Generate ``num_samples`` rows per prompt (consecutive; ``generators[i]`` belongs to row ``i``),
+    ``micro_batch_size`` rows per forward (all of them when ``None``). A prompt's samples share its prefill
+    when a micro-batch holds whole groups of ``num_samples`` rows."""
     if device is None:
         device = next(model.parameters()).device
-    size = micro_batch_size or max(len(prompts), 1)
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = pad_token_id(tokenizer)
     stops = StopStrings(tokenizer, stop)
+    k = num_samples
+    if micro_batch_size is not None and micro_batch_size < k:
+        prompts, k = [p for p in prompts for _ in range(k)], 1  # groups split across micro-batches
+    per_chunk = max(len(prompts), 1) if micro_batch_size is None else micro_batch_size // k
     results: list[GeneratedRow] = []
     with torch.inference_mode():
-        for start in range(0, len(prompts), size):
-            chunk = slice(start, start + size)
+        for start in range(0, len(prompts), per_chunk):
+            chunk = prompts[start : start + per_chunk]
+            rows = slice(start * k, (start + len(chunk)) * k)
             results.extend(
                 generate_batch(
                     model,
-                    prompts[chunk],
+                    chunk,
                     max_new_tokens=max_new_tokens,
                     params=params,
-                    generators=generators[chunk] if generators is not None else None,
+                    generators=generators[rows] if generators is not None else None,
                     eos_ids=eos_ids,
                     pad_id=pad_id,
                     stop=stops,
                     device=device,
+                    repeats=k,
                     check_cancelled=check_cancelled,
                 )
             )

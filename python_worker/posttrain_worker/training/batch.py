@@ -37,6 +37,7 @@ OLD_LOG_PROBS = ("log_probs", "full")
 REF_LOG_PROBS = ("ref_log_probs", "full")
 ADVANTAGE = ("advantage",)
 
+
 @dataclass(frozen=True)
 class Needs:
     """Which optional inputs the loss reads."""

@@ -2,7 +2,8 @@
 
 It goes through the same code as scoring (``models/scoring.py``: right padding, positions from 0, raw logits
 to float32, ``gather - logsumexp``), so on the same rows, weights and device the log-probs a trainer sees
-equal ``score``'s bit for bit. Entry ``t`` is about ``tok_t`` given ``tok_<t``; column 0 and the padding
+equal ``score``'s bit for bit; rows of a GRPO group share their prompt's forward (``shared_prefix.py``), which
+equals it up to float rounding. Entry ``t`` is about ``tok_t`` given ``tok_<t``; column 0 and the padding
 are 0.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from posttrain_worker.models.scoring import forward_logits, pad_right, token_log_probs
+from posttrain_worker.training.shared_prefix import find_groups, place, shared_prefix_logits
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ def autocast_context(device: torch.device, autocast: str | None) -> contextlib.A
     return contextlib.nullcontext()
 
 
+def first_masked_column(mask: torch.Tensor) -> int:
+    """The first column of ``[n, T]`` the loss mask selects in any row (``T`` when none)."""
+    columns = torch.nonzero(mask.any(dim=0))
+    return int(columns[0]) if columns.numel() > 0 else int(mask.shape[1])
+
+
 def policy_forward(
     model: Any,
     rows: Sequence[torch.Tensor],
@@ -54,17 +62,33 @@ def policy_forward(
     pad_id: int,
     device: torch.device,
     want_entropy: bool,
+    loss_mask: torch.Tensor,
     autocast: str | None = None,
-    first_column: int = 1,
 ) -> PolicyOutput:
-    """One forward over ``rows`` (int64 1-D CPU tensors, each at least one token), right-padded. Only
-    columns from ``first_column`` on are computed (the loss reads no earlier one): the rest are 0."""
+    """One forward over ``rows`` (int64 1-D CPU tensors, each at least one token) for a loss that reads
+    ``loss_mask`` (``[n, T]`` bool, right padding). Rows of one GRPO group share the forward of their prompt
+    (:mod:`.shared_prefix`); otherwise the rows run right-padded, with logits only from the first column the
+    loss reads. Columns the loss does not read may be 0."""
     input_ids, attention = pad_right(rows, pad_id)
     input_ids = input_ids.to(device)
     attention = attention.to(device)
-    with autocast_context(device, autocast):
-        logits = forward_logits(model, input_ids, attention, first_column=first_column)
     mask = attention.bool()
+    width = int(input_ids.shape[1])
+    groups = find_groups(rows, loss_mask.cpu())
+    with autocast_context(device, autocast):
+        shared = shared_prefix_logits(model, rows, groups, pad_id=pad_id, device=device) if groups else None
+        if shared is None:
+            logits = forward_logits(model, input_ids, attention, first_column=first_masked_column(loss_mask))
+    if shared is not None and groups is not None:
+        logits, suffix_ids = shared
+        # Suffix column j (j >= 1) is the row's column c - 1 + j: drop column 0, place the rest from c on.
+        log_probs = place(token_log_probs(logits, suffix_ids)[:, 1:], groups.first_columns, width) * mask
+        entropy = (
+            place(token_entropy(logits, int(suffix_ids.shape[1]))[:, 1:], groups.first_columns, width) * mask
+            if want_entropy
+            else None
+        )
+        return PolicyOutput(log_probs, entropy, mask)
     log_probs = token_log_probs(logits, input_ids) * mask
-    entropy = token_entropy(logits, input_ids.shape[1]) * mask if want_entropy else None
+    entropy = token_entropy(logits, width) * mask if want_entropy else None
     return PolicyOutput(log_probs, entropy, mask)

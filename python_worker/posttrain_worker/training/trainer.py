@@ -77,12 +77,6 @@ class _RowCut:
         return None if t is None else self(t)
 
 
-def _first_masked_column(mask: torch.Tensor) -> int:
-    """The first column of ``[n, T]`` the loss mask selects in any row (``T`` when none)."""
-    columns = torch.nonzero(mask.any(dim=0))
-    return int(columns[0]) if columns.numel() > 0 else int(mask.shape[1])
-
-
 @dataclass
 class StepTotals:
     loss: float
@@ -189,7 +183,7 @@ class Trainer:
                 device=device,
                 want_entropy=want_entropy,
                 autocast=self.config.autocast,
-                first_column=_first_masked_column(mask),
+                loss_mask=mask,
             )
             self._check_model_outputs(out.log_probs, out.entropy, mask, index, start, stop)
             loss_batch = api.LossBatch(
