@@ -6,8 +6,9 @@ import type { z } from "zod";
 
 type Def = { type: string; innerType?: z.ZodType; shape?: Record<string, z.ZodType>; options?: z.ZodType[]; in?: z.ZodType; out?: z.ZodType };
 
+/** The parts of zod's public `schema.def` this module reads (wrappers, objects, unions, pipes). */
 function defOf(schema: z.ZodType): Def {
-  return (schema as unknown as { _zod: { def: Def } })._zod.def;
+  return schema.def;
 }
 
 /** The object schemas `schema` may be at this level, through optional/default/nullable/pipe wrappers and unions. */

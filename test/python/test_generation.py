@@ -495,7 +495,7 @@ def test_generation_without_cache_pruning_matches(
         )
 
     pruned = go()
-    monkeypatch.setattr(generation, "_prunable", lambda _cache: False)
+    monkeypatch.setattr(generation, "cache_rows_copyable", lambda _cache: False)
     kept = go()
     assert len({len(r.tokens) for r in pruned}) > 1  # rows finished at different steps
     for a, b in zip(pruned, kept, strict=True):

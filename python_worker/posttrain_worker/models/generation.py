@@ -78,8 +78,8 @@ def pad_token_id(tokenizer: Any) -> int:
     return 0
 
 
-def _prunable(cache: Any) -> bool:
-    """Whether dropping finished rows from this cache is known to be safe (plain dynamic caches)."""
+def cache_rows_copyable(cache: Any) -> bool:
+    """Whether rows of this cache may be selected, dropped or repeated (plain dynamic caches)."""
     try:
         from transformers.cache_utils import DynamicCache, DynamicLayer
     except ImportError:  # pragma: no cover - transformers is required by the model store anyway
@@ -97,7 +97,7 @@ def _forward(model: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
     return out.logits[:, -1, :].float(), out.past_key_values
 
 
-def _left_padded(
+def left_padded(
     prompts: Sequence[torch.Tensor], pad_id: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(input_ids, attention, positions, lengths)`` of left-padded prompts."""
@@ -122,13 +122,13 @@ def _prefill(
     repeats`` rows, each prompt's rows consecutive. A prompt repeated ``repeats`` times (a GRPO group) is run
     once and its cache copied, which spares ``repeats - 1`` prefills of it; caches that cannot be copied
     row-wise get the repeated prompts run as they are."""
-    input_ids, attention, positions, lengths = _left_padded(prompts, pad_id, device)
+    input_ids, attention, positions, lengths = left_padded(prompts, pad_id, device)
     logits, cache = _forward(
         model, input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=1
     )
     if repeats == 1:
         return logits, cache, input_ids, attention, lengths
-    if not _prunable(cache):
+    if not cache_rows_copyable(cache):
         expanded = [p for p in prompts for _ in range(repeats)]
         return _prefill(model, expanded, 1, pad_id, device)
     cache.batch_repeat_interleave(repeats)
@@ -160,7 +160,7 @@ def generate_batch(
     n = len(prompts) * repeats
     check_cancelled()
     logits, cache, input_ids, attention, lengths = _prefill(model, prompts, repeats, pad_id, device)
-    prune = _prunable(cache)
+    prune = cache_rows_copyable(cache)
     vocab = int(logits.shape[-1])
     seen: torch.Tensor | None = None  # per row, the tokens already in it (for the repetition penalty)
     if params.repetition_penalty != 1.0:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.models.generation import _left_padded, _prunable
+from posttrain_worker.models.generation import cache_rows_copyable, left_padded
 from posttrain_worker.models.scoring import pad_right
 
 
@@ -65,7 +65,7 @@ def shared_prefix_logits(
     padded to ``S``), and ``logits[r, j]`` predicts suffix token ``j + 1``. ``None`` when the model's cache
     cannot be copied row-wise (the caller then runs the plain forward)."""
     prefixes = [rows[s][: groups.first_columns[s] - 1] for s in groups.starts]
-    ids_p, att_p, pos_p, len_p = _left_padded(prefixes, pad_id, device)
+    ids_p, att_p, pos_p, len_p = left_padded(prefixes, pad_id, device)
     out = model(
         input_ids=ids_p,
         attention_mask=att_p,
@@ -75,7 +75,7 @@ def shared_prefix_logits(
         logits_to_keep=1,
     )
     cache = out.past_key_values
-    if not _prunable(cache):
+    if not cache_rows_copyable(cache):
         return None
     index = groups.row_group.to(device)
     cache.batch_select_indices(index)  # each row gets its group's prefix keys and values (with gradient)
