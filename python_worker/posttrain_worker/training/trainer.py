@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from posttrain_worker.models.generation import pad_token_id
-from posttrain_worker.models.scoring import score_batch
 from posttrain_worker.models.store import LoadedModel
 from posttrain_worker.protocol.errors import WorkerFailure
 from posttrain_worker.training.batch import Needs, TrainBatch
@@ -149,12 +148,22 @@ class Trainer:
         width = max(batch.lengths)
         padded = torch.zeros((len(batch.rows), width), dtype=torch.float32)
         pad_id = pad_token_id(ref.tokenizer)
+        # The policy's own forward code and micro-batches (shared prompts included), so that a reference that
+        # equals the policy gives exactly its log-probs. Columns the loss does not read stay 0.
         with torch.inference_mode():
             for start, stop in token_budget_slices(batch.lengths, self.config.micro_batch_tokens):
                 check_cancelled()
-                scored = score_batch(ref.model, batch.rows[start:stop], pad_id=pad_id, device=ref.device)
-                for i, row in enumerate(scored, start=start):
-                    padded[i, : row.numel()] = row
+                rows = batch.rows[start:stop]
+                out = policy_forward(
+                    ref.model,
+                    rows,
+                    pad_id=pad_id,
+                    device=ref.device,
+                    want_entropy=False,
+                    autocast=self.config.autocast,
+                    loss_mask=batch.mask[start:stop, : max(batch.lengths[start:stop])],
+                )
+                padded[start:stop, : out.log_probs.shape[1]] = out.log_probs.float().cpu()
         return batch.with_ref(padded)
 
     # ---- loss over micro-batches ----------------------------------------------------------------------
