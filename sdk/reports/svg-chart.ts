@@ -95,6 +95,7 @@ export function lineChart(series: readonly ChartSeries[], options: LineChartOpti
   if (options.xLabel !== undefined) {
     parts.push(`<text x="${String(MARGIN.left + plotW / 2)}" y="${String(height - 4)}" text-anchor="middle" class="axis">${escapeXml(options.xLabel)}</text>`);
   }
+  const legend: string[] = [];
   series.forEach((s, i) => {
     const color = PALETTE[i % PALETTE.length] ?? "#000";
     const band = (s.band ?? []).filter(([x, lo, hi]) => [x, lo, hi].every(Number.isFinite));
@@ -117,8 +118,14 @@ export function lineChart(series: readonly ChartSeries[], options: LineChartOpti
       else flush();
     }
     flush();
-    parts.push(`<rect x="${String(MARGIN.left + 6)}" y="${String(MARGIN.top + 6 + i * 14)}" width="10" height="3" fill="${color}"/>`);
-    parts.push(`<text x="${String(MARGIN.left + 20)}" y="${String(MARGIN.top + 10 + i * 14)}" class="legend">${escapeXml(s.label)}</text>`);
+    legend.push(`<rect x="${String(MARGIN.left + 6)}" y="${String(MARGIN.top + 6 + i * 14)}" width="10" height="3" fill="${color}"/>`);
+    legend.push(`<text x="${String(MARGIN.left + 20)}" y="${String(MARGIN.top + 10 + i * 14)}" class="legend">${escapeXml(s.label)}</text>`);
   });
+  // The legend goes over every line, on a light box, so no curve hides it.
+  const legendW = 24 + 6 * Math.max(...series.map((s) => s.label.length));
+  parts.push(
+    `<rect x="${String(MARGIN.left + 2)}" y="${String(MARGIN.top + 2)}" width="${String(legendW)}" height="${String(series.length * 14 + 4)}" fill="#fff" fill-opacity="0.85"/>`,
+    ...legend,
+  );
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${String(width)}" height="${String(height)}" viewBox="0 0 ${String(width)} ${String(height)}" role="img" aria-label="${escapeXml(options.title)}">${parts.join("")}</svg>`;
 }
