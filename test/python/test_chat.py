@@ -175,4 +175,6 @@ def test_generate_without_a_prompt_key_names_every_accepted_one(client: Client) 
         assert key in failure
     reply, _ = generate(client, TensorBatch((1,), {"history": {"prompt": HistoryColumn([[]])}}))
     assert "row 0 holds an empty conversation" in error(reply, "BAD_ARGUMENTS")
+    reply, _ = generate(client, TensorBatch((1,), {"history": {"prompt": ["not a conversation"]}}))
+    assert '("history", "prompt") must be a history leaf' in error(reply, "BAD_PAYLOAD")
     ok(client.call("ping", {})[0])

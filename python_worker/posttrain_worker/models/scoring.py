@@ -9,6 +9,7 @@ rounding).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,13 +29,19 @@ def pad_right(sequences: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Ten
     return input_ids, attention
 
 
-def _accepts_logits_to_keep(model: Any) -> bool:
-    """Whether ``model.forward`` takes ``logits_to_keep`` (Hugging Face causal LMs; peft passes it on)."""
+@functools.cache
+def _class_accepts_logits_to_keep(cls: type) -> bool:
     try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
+        params = inspect.signature(cls.forward).parameters
+    except (AttributeError, TypeError, ValueError):
         return False
     return "logits_to_keep" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    """Whether ``model.forward`` takes ``logits_to_keep`` (Hugging Face causal LMs; peft passes it on); looked
+    up once per model class."""
+    return _class_accepts_logits_to_keep(type(model))
 
 
 def forward_logits(
