@@ -4,7 +4,7 @@
  */
 import type { z } from "zod";
 
-type Def = { type: string; innerType?: z.ZodType; shape?: Record<string, z.ZodType>; options?: z.ZodType[]; in?: z.ZodType; out?: z.ZodType };
+type Def = { type: string; innerType?: z.ZodType; shape?: Record<string, z.ZodType>; options?: z.ZodType[]; in?: z.ZodType };
 
 /** The parts of zod's public `schema.def` this module reads (wrappers, objects, unions, pipes). */
 function defOf(schema: z.ZodType): Def {
@@ -23,7 +23,7 @@ function objectsOf(schema: z.ZodType, depth = 0): Record<string, z.ZodType>[] {
 }
 
 /** The keys allowed at `path` of `schema` (the union of every object the path may reach), sorted. */
-export function allowedKeys(schema: z.ZodType, path: readonly PropertyKey[]): string[] {
+function allowedKeys(schema: z.ZodType, path: readonly PropertyKey[]): string[] {
   let level = [schema];
   for (const key of path) {
     level = level.flatMap((s) => objectsOf(s)).flatMap((shape) => (typeof key === "string" && shape[key] !== undefined ? [shape[key]] : []));
@@ -47,7 +47,7 @@ function editDistance(a: string, b: string): number {
 }
 
 /** The allowed key nearest to `key` when it is close enough to be a typo, else null. */
-export function nearestKey(key: string, allowed: readonly string[]): string | null {
+function nearestKey(key: string, allowed: readonly string[]): string | null {
   let best: string | null = null;
   let bestDistance = Math.max(2, Math.floor(key.length / 3)) + 1;
   for (const candidate of allowed) {

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.codec.types import HistoryColumn, TensorBatch
+from posttrain_worker.codec.types import Column, HistoryColumn, TensorBatch
 from posttrain_worker.methods.payload_keys import key_name, lookup, missing_key, ragged, single_batch
 from posttrain_worker.models.chat import RenderedChat, render_chat
 from posttrain_worker.models.store import LoadedModel, ModelStore
@@ -51,13 +51,17 @@ def parse_chat(method: str, args: dict[str, Any]) -> ChatArgs:
 def render_rows(
     method: str,
     loaded: LoadedModel,
-    column: HistoryColumn,
+    key: tuple[str, ...],
+    column: Column,
     *,
     add_generation_prompt: bool,
     continue_final: bool,
 ) -> list[RenderedChat]:
-    """Each row's conversation rendered by the model's chat template; a model without one, and an empty or
-    unrenderable conversation, are ``BAD_ARGUMENTS`` (naming the row)."""
+    """Each row's conversation of the leaf ``key`` rendered by the model's chat template. A leaf that is not a
+    history leaf is ``BAD_PAYLOAD``; a model without a template, and an empty or unrenderable conversation,
+    are ``BAD_ARGUMENTS`` (naming the row)."""
+    if not isinstance(column, HistoryColumn):
+        raise WorkerFailure(BAD_PAYLOAD, f"{method}: {key_name(key)} must be a history leaf")
     tokenizer = loaded.tokenizer
     if not getattr(tokenizer, "chat_template", None):
         raise WorkerFailure(BAD_ARGUMENTS, f"{method}: model {loaded.name!r} has no chat template")
@@ -93,11 +97,10 @@ def register_chat_methods(registry: MethodRegistry, store: ModelStore) -> None:
         column = lookup(batch, key)
         if column is None:
             raise missing_key(ctx.method, batch, [key])
-        if not isinstance(column, HistoryColumn):
-            raise WorkerFailure(BAD_PAYLOAD, f"{ctx.method}: {key_name(key)} must be a history leaf")
         rendered = render_rows(
             ctx.method,
             loaded,
+            key,
             column,
             add_generation_prompt=args.add_generation_prompt,
             continue_final=args.continue_final_message,

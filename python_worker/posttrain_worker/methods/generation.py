@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.codec.types import Column, HistoryColumn, Ragged, TensorBatch
+from posttrain_worker.codec.types import Column, Ragged, TensorBatch
 from posttrain_worker.methods.chat import render_rows
 from posttrain_worker.methods.payload_keys import key_name, lookup, missing_key, ragged, single_batch
 from posttrain_worker.models.generation import GeneratedRow, pad_token_id
@@ -201,11 +201,9 @@ def _prompts(
     with the model's chat template and its generation prompt, as ``apply_chat_template`` renders them."""
     history = lookup(batch, HISTORY_PROMPT)
     if history is not None and all(lookup(batch, key) is None for key in PROMPT_KEYS):
-        if not isinstance(history, HistoryColumn):
-            raise WorkerFailure(
-                BAD_PAYLOAD, f"{ctx.method}: {key_name(HISTORY_PROMPT)} must be a history leaf"
-            )
-        rendered = render_rows(ctx.method, loaded, history, add_generation_prompt=True, continue_final=False)
+        rendered = render_rows(
+            ctx.method, loaded, HISTORY_PROMPT, history, add_generation_prompt=True, continue_final=False
+        )
         rows: list[torch.Tensor] = [r.tokens for r in rendered]
         strings: list[str | None] = [r.text for r in rendered]
     elif all(lookup(batch, key) is None for key in PROMPT_KEYS):

@@ -92,7 +92,8 @@ def cache_rows_copyable(cache: Any) -> bool:
     )
 
 
-def _forward(model: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+def forward_with_cache(model: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+    """The model's forward keeping its KV cache: ``(float32 logits of the last position, cache)``."""
     out = model(**kwargs, use_cache=True, return_dict=True)
     return out.logits[:, -1, :].float(), out.past_key_values
 
@@ -123,7 +124,7 @@ def _prefill(
     once and its cache copied, which spares ``repeats - 1`` prefills of it; caches that cannot be copied
     row-wise get the repeated prompts run as they are."""
     input_ids, attention, positions, lengths = left_padded(prompts, pad_id, device)
-    logits, cache = _forward(
+    logits, cache = forward_with_cache(
         model, input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=1
     )
     if repeats == 1:
@@ -232,7 +233,7 @@ def generate_batch(
             seen.scatter_(1, picked.clamp(max=vocab - 1).unsqueeze(-1), True)
 
         attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=-1)
-        logits, cache = _forward(
+        logits, cache = forward_with_cache(
             model,
             input_ids=picked.unsqueeze(-1),
             attention_mask=attention,

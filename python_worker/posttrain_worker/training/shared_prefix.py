@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.models.generation import cache_rows_copyable, left_padded
+from posttrain_worker.models.generation import cache_rows_copyable, forward_with_cache, left_padded
 from posttrain_worker.models.scoring import pad_right
 
 
@@ -66,15 +66,9 @@ def shared_prefix_logits(
     cannot be copied row-wise (the caller then runs the plain forward)."""
     prefixes = [rows[s][: groups.first_columns[s] - 1] for s in groups.starts]
     ids_p, att_p, pos_p, len_p = left_padded(prefixes, pad_id, device)
-    out = model(
-        input_ids=ids_p,
-        attention_mask=att_p,
-        position_ids=pos_p,
-        use_cache=True,
-        return_dict=True,
-        logits_to_keep=1,
+    _, cache = forward_with_cache(
+        model, input_ids=ids_p, attention_mask=att_p, position_ids=pos_p, logits_to_keep=1
     )
-    cache = out.past_key_values
     if not cache_rows_copyable(cache):
         return None
     index = groups.row_group.to(device)

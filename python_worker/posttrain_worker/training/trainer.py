@@ -153,15 +153,15 @@ class Trainer:
         with torch.inference_mode():
             for start, stop in token_budget_slices(batch.lengths, self.config.micro_batch_tokens):
                 check_cancelled()
-                rows = batch.rows[start:stop]
+                cut = _RowCut(start, stop, max(batch.lengths[start:stop]), ref.device)
                 out = policy_forward(
                     ref.model,
-                    rows,
+                    batch.rows[start:stop],
                     pad_id=pad_id,
                     device=ref.device,
                     want_entropy=False,
                     autocast=self.config.autocast,
-                    loss_mask=batch.mask[start:stop, : max(batch.lengths[start:stop])],
+                    loss_mask=cut(batch.mask),
                 )
                 padded[start:stop, : out.log_probs.shape[1]] = out.log_probs.float().cpu()
         return batch.with_ref(padded)
