@@ -19,7 +19,7 @@ import { parseArgs, promisify } from "node:util";
 import { z } from "zod";
 import { resolvePython } from "../bridge/index.js";
 import { GRPOTrainer, WorkerPool, digitSortExamples, makeTinyModel, type StepRecord } from "../sdk/index.js";
-import { parseOptions } from "../sdk/workers/options.js";
+import { parseOptions } from "../sdk/core/index.js";
 import { startPythonStepper, type PythonRequest, type PythonStepper } from "./grpo-python.js";
 import { RpcTimer } from "./grpo-profile.js";
 import { quantile, round } from "./stats.js";

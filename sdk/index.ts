@@ -12,6 +12,7 @@ export * from "./collectors/index.js";
 export * from "./envs/index.js";
 export * from "./objectives/index.js";
 export * from "./trainers/index.js";
+export * from "./runs/index.js";
 export {
   ConnectionClosedError,
   InvalidArgumentError,

@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { InvalidArgumentError } from "../errors.js";
 import { WorkerConnection, type ConnectionOptions } from "./connection.js";
 import { WorkerProcess, type WorkerLogMode } from "./process.js";
@@ -30,6 +30,11 @@ export interface LocalWorkersOptions extends ConnectionOptions {
   readonly signal?: AbortSignal;
   /** `"tail"` (default) keeps stderr for error messages; `"inherit"` also forwards it, prefixed. */
   readonly log?: WorkerLogMode;
+  /**
+   * Worker extensions: paths of Python files whose `register(registry)` adds methods to every worker
+   * (`--extension`, docs/protocol.md); call those methods with `WorkerClient.call`. Default none.
+   */
+  readonly extensions?: readonly string[];
 }
 
 /** Local workers started by {@link launchLocalWorkers}; `close()` stops them and removes their socket directory. */
@@ -70,6 +75,10 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
   if (deviceOption === "cuda" && gpus === 0) {
     throw new InvalidArgumentError('device: "cuda" was asked for but nvidia-smi finds no GPU');
   }
+  const extensions: unknown = options.extensions ?? [];
+  if (!Array.isArray(extensions) || extensions.some((e) => typeof e !== "string" || e === "")) {
+    throw new InvalidArgumentError(`extensions: expected an array of Python file paths, got ${JSON.stringify(extensions)}`);
+  }
   const python = resolvePython(options.python);
   const socketDir = await mkdtemp(join(tmpdir(), "posttrain-"));
   // Indexed by worker number; slots stay empty for workers that did not get that far.
@@ -104,6 +113,7 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
             useGpu ? "cuda" : "cpu",
             "--max-payload-bytes",
             String(maxPayloadBytes),
+            ...(extensions as readonly string[]).flatMap((path) => ["--extension", resolve(path)]),
           ],
           env: { ...(useGpu ? { CUDA_VISIBLE_DEVICES: String(i % gpus) } : {}), ...options.env },
           ...(options.startTimeoutMs !== undefined ? { startTimeoutMs: options.startTimeoutMs } : {}),

@@ -1,14 +1,25 @@
-"""Command line of the worker: ``python -m posttrain_worker --endpoint ipc:///tmp/d/worker-0.sock``."""
+"""Command line of the worker: ``python -m posttrain_worker --endpoint ipc:///tmp/d/worker-0.sock``.
+
+``--extension PATH`` (repeatable) adds the methods a Python file registers (its ``register(registry)``, called
+after the default methods); ``--describe-methods`` prints every method as JSON and exits without binding.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from posttrain_worker import PROTOCOL_VERSION, __version__
 from posttrain_worker.server.config import DEFAULT_MAX_PAYLOAD_BYTES, ServerConfig
+
+if TYPE_CHECKING:
+    from posttrain_worker.server.registry import MethodRegistry
 
 log = logging.getLogger("posttrain_worker")
 
@@ -25,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--endpoint",
-        required=True,
-        help="where to bind: ipc:///path/worker-0.sock, or tcp://127.0.0.1:0 (or :*) for an ephemeral port",
+        help="where to bind: ipc:///path/worker-0.sock, or tcp://127.0.0.1:0 (or :*) for an ephemeral port "
+        "(required unless --describe-methods)",
     )
     parser.add_argument(
         "--worker-id", type=int, default=0, help="this worker's index in its pool (default 0)"
@@ -51,8 +62,57 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="stderr log level (default INFO)",
     )
+    parser.add_argument(
+        "--extension",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a Python file whose register(registry) adds methods after the default ones (repeatable)",
+    )
+    parser.add_argument(
+        "--describe-methods",
+        action="store_true",
+        help='print {"methods": {name: {thread, payloads, args}}} as JSON to stdout and exit (binds nothing)',
+    )
     parser.add_argument("--version", action="version", version=f"posttrain-worker {__version__}")
     return parser
+
+
+def load_extension(path: str, index: int) -> Callable[[MethodRegistry], None]:
+    """The ``register`` function of the Python file at ``path``; ``ValueError`` saying what is wrong."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError("no such file")
+    name = f"posttrain_worker_extension_{index}_{''.join(c if c.isalnum() else '_' for c in file.stem)}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ValueError("not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look their module up there
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise ValueError(f"import failed: {type(exc).__name__}: {exc}") from exc
+    register = getattr(module, "register", None)
+    if not callable(register):
+        raise ValueError("defines no register(registry) function")
+    return register
+
+
+def build_registry(parser: argparse.ArgumentParser, extensions: Sequence[str]) -> MethodRegistry:
+    """The default methods, then each extension's; a bad extension is a usage error naming its path."""
+    from posttrain_worker.methods import default_registry
+
+    registry = default_registry()
+    for index, path in enumerate(extensions):
+        try:
+            load_extension(path, index)(registry)
+        except ValueError as exc:
+            parser.error(f"--extension {path!r}: {exc}")
+        except Exception as exc:
+            parser.error(f"--extension {path!r}: register(registry) failed: {type(exc).__name__}: {exc}")
+    return registry
 
 
 def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
@@ -74,6 +134,11 @@ def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
+    if ns.describe_methods:
+        print(json.dumps(build_registry(parser, ns.extension).describe(), indent=2, sort_keys=True))
+        return 0
+    if ns.endpoint is None:
+        parser.error("the following arguments are required: --endpoint")
     logging.basicConfig(
         stream=sys.stderr,
         level=getattr(logging, ns.log_level),
@@ -84,8 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.max_payload_bytes < 0:
         parser.error("--max-payload-bytes must be >= 0")
     _check_device(parser, ns.device)
+    registry = build_registry(parser, ns.extension)
 
-    from posttrain_worker.methods import default_registry
     from posttrain_worker.server.loop import WorkerServer
 
     config = ServerConfig(
@@ -96,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_stdin=not ns.no_stdin_watch,
     )
     try:
-        server = WorkerServer(config, default_registry())
+        server = WorkerServer(config, registry)
     except ValueError as exc:
         parser.error(str(exc))
     return server.run()

@@ -3,7 +3,7 @@
  * flag parsing on top of `node:util` `parseArgs`.
  */
 import { parseArgs, type ParseArgsConfig } from "node:util";
-import { PosttrainError } from "../../bridge/errors.js";
+import { PosttrainError } from "../core/errors.js";
 
 /** Process exit codes of the `posttrain` command line. */
 export const EXIT = {

@@ -6,8 +6,8 @@
 import { readFile } from "node:fs/promises";
 import { parse as parseYaml, YAMLParseError } from "yaml";
 import type { z } from "zod";
-import { PosttrainError } from "../../bridge/errors.js";
-import { unknownKeyHint } from "../trainers/config-keys.js";
+import { PosttrainError } from "../core/errors.js";
+import { fieldProblems } from "../core/validation.js";
 
 /** A config file that cannot be read, is not valid YAML, or does not fit the trainer's schema (exit code 2). */
 export class ConfigFileError extends PosttrainError {
@@ -88,18 +88,6 @@ export function parseAssignment(text: string): { path: string; value: unknown } 
   }
 }
 
-/** The value at `path` in `value`, shown briefly (`"ppo"`, `-1`, `{...}`), or `undefined` when absent. */
-function shownValue(value: unknown, path: readonly PropertyKey[]): string | undefined {
-  let node = value;
-  for (const key of path) {
-    if (!isRecord(node) && !Array.isArray(node)) return undefined;
-    node = (node as Record<PropertyKey, unknown>)[key];
-  }
-  if (node === undefined) return undefined;
-  const text = JSON.stringify(node);
-  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
-}
-
 /**
  * Checks `config` against `schema`; returns the parsed config or throws a {@link ConfigFileError} with one line per
  * problem: `source: field.path: got <value>: <what is allowed>`.
@@ -107,15 +95,11 @@ function shownValue(value: unknown, path: readonly PropertyKey[]): string | unde
 export function checkConfig<T>(schema: z.ZodType<T>, config: unknown, source: string): T {
   const parsed = schema.safeParse(config);
   if (parsed.success) return parsed.data;
-  const lines = parsed.error.issues.map((issue) => {
-    if (issue.code === "unrecognized_keys") {
-      const parent = issue.path.map(String).join(".");
-      return issue.keys.map((key) => `  ${parent === "" ? key : `${parent}.${key}`}: not a config field here${unknownKeyHint(schema, issue.path, key)}`).join("\n");
-    }
-    const field = issue.path.length > 0 ? issue.path.map(String).join(".") : "(top level)";
-    const got = shownValue(config, issue.path);
-    const value = got === undefined ? (issue.code === "invalid_type" && issue.path.length > 0 ? "missing" : undefined) : `got ${got}`;
-    return `  ${field}: ${value === undefined ? "" : `${value}: `}${issue.message}`;
+  const lines = fieldProblems(schema, config, parsed.error).map((p) => {
+    const field = p.path.length > 0 ? p.path.map(String).join(".") : "(top level)";
+    if (p.unknownKey !== undefined) return `  ${field}: not a config field here${p.unknownKey.hint}`;
+    const value = p.given === undefined ? (p.code === "invalid_type" && p.path.length > 0 ? "missing" : undefined) : `got ${p.given}`;
+    return `  ${field}: ${value === undefined ? "" : `${value}: `}${p.message}`;
   });
   throw new ConfigFileError(`${source}: invalid config\n${lines.join("\n")}`);
 }

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { PosttrainError } from "../../bridge/errors.js";
+import { PosttrainError } from "../core/errors.js";
 import { packageRoot } from "../../bridge/worker/python.js";
 import { EXIT, UsageError, type Command } from "./args.js";
 import { grpoCommand } from "./commands/grpo.js";

@@ -5,36 +5,17 @@
  */
 import { join } from "node:path";
 import type { z } from "zod";
-import type { StepRecord } from "../trainers/index.js";
+import type { RunOptions, TrainingRun } from "../runs/index.js";
 import { EXIT, UsageError, integerFlag, parseCommandArgs, say, stringFlag, stringList, type Command } from "./args.js";
 import { checkConfig, parseAssignment, readConfigFile, setField } from "./config-file.js";
 import { ProgressDisplay } from "./progress.js";
-
-/** The part of a high-level trainer (`GRPOTrainer`, `SFTTrainer`) the command drives. */
-export interface CommandTrainer {
-  /** The run directory (absolute). */
-  readonly runDir: string;
-  /** The step the run ends at. */
-  readonly totalSteps: number;
-  /** Trains, one record per step. */
-  run(): AsyncIterable<StepRecord>;
-  /** Stops the workers. */
-  close(): Promise<void>;
-}
-
-/** Options the command passes to the trainer's `create`. */
-export interface CommandTrainerOptions {
-  readonly signal: AbortSignal;
-  readonly resume: boolean;
-  readonly log: (line: string) => void;
-}
 
 /** The trainer behind a training command, loaded when the command runs. */
 export interface TrainerFactory<C> {
   /** The trainer's run-config schema. */
   readonly schema: z.ZodType<C>;
-  /** `GRPOTrainer.create` or `SFTTrainer.create`. */
-  create(config: C, options: CommandTrainerOptions): Promise<CommandTrainer>;
+  /** `GRPOTrainer.create` or `SFTTrainer.create` (the command passes `signal`, `resume` and `log`). */
+  create(config: C, options: RunOptions): Promise<TrainingRun>;
 }
 
 /** How to build one training command. */
@@ -128,7 +109,7 @@ function onInterrupt(controller: AbortController, notice: (line: string) => void
 
 async function train<C>(spec: TrainingCommandSpec<C>, flags: Flags): Promise<number> {
   const { config: raw, source } = await loadConfig(flags);
-  const [factory, { RunDirectory }] = await Promise.all([spec.load(), import("../trainers/index.js")]);
+  const [factory, { RunDirectory }] = await Promise.all([spec.load(), import("../runs/run-directory.js")]);
   const config = checkConfig(factory.schema, raw, source);
   const controller = new AbortController();
   let display: ProgressDisplay | undefined;
@@ -137,7 +118,7 @@ async function train<C>(spec: TrainingCommandSpec<C>, flags: Flags): Promise<num
     else say(line);
   };
   const detach = onInterrupt(controller, print);
-  let trainer: CommandTrainer | undefined;
+  let trainer: TrainingRun | undefined;
   try {
     try {
       trainer = await factory.create(config, {

@@ -2,7 +2,7 @@
  * Typed errors thrown by the collectors. Each one is a {@link PosttrainError} with a stable `code`; bad options throw
  * the project-wide {@link InvalidArgumentError} (`INVALID_ARGUMENT`) naming the field.
  */
-import { InvalidArgumentError, PosttrainError } from "../../bridge/errors.js";
+import { InvalidArgumentError, PosttrainError } from "../core/errors.js";
 
 export { InvalidArgumentError, PosttrainError };
 

@@ -9,7 +9,7 @@ import { ReplayBuffer } from "../data/replay-buffer/replay-buffer.js";
 import { callPolicy, EnvBase, throwIfAborted, type MaybePromise, type Policy } from "../envs/env-base.js";
 import { NEXT_DONE_KEY, POLICY_VERSION_KEY } from "../envs/keys.js";
 import { Tensor, TensorDict } from "../tensordict/index.js";
-import { parseOptions } from "../workers/options.js";
+import { parseOptions } from "../core/index.js";
 import { CollectorStateError, InvalidArgumentError } from "./errors.js";
 
 /**

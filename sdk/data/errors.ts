@@ -3,7 +3,7 @@
  * `code`; the fields say where the problem is (batch row, message index, field, text offset) so callers need not
  * parse messages.
  */
-import { InvalidArgumentError, PosttrainError } from "../../bridge/errors.js";
+import { InvalidArgumentError, PosttrainError } from "../core/errors.js";
 
 export { InvalidArgumentError, PosttrainError };
 

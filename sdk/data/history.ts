@@ -1,13 +1,22 @@
 /**
  * `History` (one conversation) and `HistoryBatch` (one History per batch row), TorchRL's `History` in TypeScript.
  * Both are immutable: every operation returns a new object and the messages are frozen. See docs/history.md.
+ *
+ * This module also registers HistoryBatch as a TensorDict leaf type (kind `"history"`) and adds `getHistory` to
+ * TensorDict, at its end: whatever program can build a HistoryBatch has loaded this module, so its TensorDicts hold
+ * them and read `"history"` wire columns back. (The registration lives here and not in a module of its own because
+ * such a module would need HistoryBatch and this module would need it: a cycle.)
  */
+import type { NestedKey } from "../tensordict/keys.js";
 import { BatchSizeMismatchError, IndexOutOfRangeError } from "../tensordict/errors.js";
 import { planIndex, type Index } from "../tensordict/indexing.js";
+import { registerLeafType, type LeafType } from "../tensordict/leaf.js";
 import { takeRows } from "../tensordict/rows.js";
+import { TensorDict } from "../tensordict/tensordict.js";
 import { getChatTemplate, type ChatTemplate, type ChatTemplateName } from "./chat-template.js";
 import { ChatParseError, InvalidArgumentError, InvalidHistoryError } from "./errors.js";
 import { describeValue, isCompleteMessage, messagesEqual, validateMessage, type ChatMessage } from "./message.js";
+import { historyMessagesFromWire, historyToWire } from "./wire.js";
 
 /** Options of {@link History.toText}. */
 export interface ToTextOptions {
@@ -353,3 +362,54 @@ export class HistoryBatch implements Iterable<History> {
     return `HistoryBatch(${this.length} row${this.length === 1 ? "" : "s"})`;
   }
 }
+
+// ---------------------------------------------------------------------------------------------- TensorDict leaf
+
+declare module "../tensordict/leaf.js" {
+  interface TensorDictLeaves {
+    /** Conversations: a {@link HistoryBatch}, one History per batch row; a `WireHistory` column on the wire. */
+    history: HistoryBatch;
+  }
+}
+
+declare module "../tensordict/tensordict.js" {
+  interface TensorDict {
+    /**
+     * The conversations under `key` (one History per batch element, row-major): `getLeaf(key, "history")`. Throws
+     * KEY_NOT_FOUND or LEAF_KIND_MISMATCH. Added by `posttrain/data`.
+     *
+     * ```ts
+     * const prompt = td.getHistory(["history", "prompt"]);
+     * ```
+     */
+    getHistory(key: NestedKey): HistoryBatch;
+  }
+}
+
+/**
+ * HistoryBatch as a TensorDict leaf: batch operations select the same (immutable) Histories in row order, `clone` gives
+ * a new HistoryBatch of the same Histories, and the wire form is a `WireHistory` column (data/wire.ts).
+ */
+const historyLeaf: LeafType<HistoryBatch> = {
+  kind: "history",
+  name: "HistoryBatch",
+  wireKind: "history",
+  is: (value): value is HistoryBatch => value instanceof HistoryBatch,
+  rows: (batch) => batch.length,
+  take: (sources, plan) => HistoryBatch.stack(takeRows(sources.map((batch) => batch.rows), plan)),
+  clone: (batch) => HistoryBatch.stack(batch.rows),
+  describe: (batch) => batch.toString(),
+  hint: (value) => (value instanceof History ? "wrap Histories with HistoryBatch.stack, one per batch row" : undefined),
+  toWire: historyToWire,
+  fromWire: (column, context) => HistoryBatch.stack(historyMessagesFromWire(column, context).map((messages) => makeHistory(messages))),
+};
+
+registerLeafType(historyLeaf);
+
+Object.defineProperty(TensorDict.prototype, "getHistory", {
+  value: function getHistory(this: TensorDict, key: NestedKey): HistoryBatch {
+    return this.getLeaf(key, "history");
+  },
+  writable: true,
+  configurable: true,
+});

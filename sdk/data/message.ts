@@ -6,16 +6,13 @@
  * when it is `false` (TorchRL's `is_complete` defaults to true), so `History.from(msgs).toJSON()` gives back `msgs`.
  */
 import { z } from "zod";
+import type { JsonObject, JsonValue } from "../core/json.js";
 import { InvalidHistoryError } from "./errors.js";
 
 /** A message role. The four standard roles are suggested; any non-empty string is accepted. */
 export type Role = "system" | "user" | "assistant" | "tool" | (string & {});
 
-/** A JSON value (what tool-call arguments may hold). */
-export type JsonValue = string | number | boolean | null | readonly JsonValue[] | { readonly [key: string]: JsonValue };
-
-/** A JSON object. */
-export type JsonObject = { readonly [key: string]: JsonValue };
+export type { JsonObject, JsonValue } from "../core/json.js";
 
 /** A function call requested by the assistant (Hermes/Qwen `{"name": ..., "arguments": {...}}`). */
 export interface ToolCall {

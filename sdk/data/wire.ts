@@ -1,6 +1,7 @@
 /**
- * Conversions between {@link HistoryBatch} and the wire column `WireHistory` of `bridge/wire` (internal: TensorDict's
- * `toWire`/`fromWire` use them for History leaves).
+ * Conversions between {@link HistoryBatch} and the wire column `WireHistory` of `bridge/wire` (internal: the History
+ * leaf type registered in history.ts uses them for TensorDict's `toWire`/`fromWire`). This module imports history.ts
+ * for types only, so that history.ts can import it.
  *
  * A message travels field by field; `toolCalls` travels as compact JSON text of the array, written so that Python's
  * `json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)` gives the same text back (see
@@ -8,8 +9,8 @@
  */
 import type { WireChatMessage, WireHistory } from "../../bridge/wire/types.js";
 import { InvalidArgumentError, InvalidHistoryError } from "./errors.js";
-import { HistoryBatch } from "./history.js";
-import { describeValue, type ChatMessage, type JsonValue, type ToolCall } from "./message.js";
+import type { HistoryBatch } from "./history.js";
+import { describeValue, validateMessage, type ChatMessage, type JsonValue, type ToolCall } from "./message.js";
 
 /**
  * A JSON number as Python's `json.dumps` writes the value that `json.loads` reads from JavaScript's text: integers
@@ -54,34 +55,36 @@ function messageToWire(m: ChatMessage): WireChatMessage {
   return out;
 }
 
-/** A History leaf as a wire column (no copy of strings; tool calls become JSON text). */
+/**
+ * A History leaf as a wire column (no copy of strings; tool calls become JSON text).
+ *
+ * ```ts
+ * const column = historyToWire(batch); // { kind: "history", rows: [[{ role: "user", content: "hi" }], ...] }
+ * ```
+ */
 export function historyToWire(batch: HistoryBatch): WireHistory {
   return { kind: "history", rows: batch.rows.map((h) => h.messages.map(messageToWire)) };
 }
 
 /**
- * A wire History column as a {@link HistoryBatch}; every message is validated. `context` (e.g. `fromWire: key "p"`)
- * starts error messages. Throws {@link InvalidHistoryError} naming the row, message index and field (tool-call text
- * that is not JSON of an array included), INVALID_ARGUMENT for a column without rows.
+ * The messages of each row of a wire History column, validated (the rows of a {@link HistoryBatch}). `context` (e.g.
+ * `fromWire: key "p"`) starts error messages. Throws {@link InvalidHistoryError} naming the row, message index and
+ * field (tool-call text that is not JSON of an array included), INVALID_ARGUMENT for a column without rows.
+ *
+ * ```ts
+ * const rows = historyMessagesFromWire(column, 'fromWire: key "p"'); // ChatMessage[][]
+ * ```
  */
-export function historyFromWire(column: WireHistory, context: string): HistoryBatch {
+export function historyMessagesFromWire(column: WireHistory, context: string): ChatMessage[][] {
   const rows: unknown = column.rows;
   if (!Array.isArray(rows)) throw new InvalidArgumentError(`${context}: a history column needs rows (an array), got ${describeValue(rows)}`);
-  const plain = (rows as readonly unknown[]).map((row, r) => {
+  return (rows as readonly unknown[]).map((row, r) => {
     if (!Array.isArray(row)) throw new InvalidHistoryError(context, { row: r }, `expected an array of messages, got ${describeValue(row)}`);
-    return (row as readonly unknown[]).map((m, i) => messageFromWire(m, context, r, i));
+    return (row as readonly unknown[]).map((m, i) => validateMessage(messageFromWire(m, context, r, i), { context, messageIndex: i, row: r }));
   });
-  try {
-    return HistoryBatch.from(plain as ChatMessage[][]);
-  } catch (err) {
-    if (err instanceof InvalidHistoryError) {
-      throw new InvalidHistoryError(context, { row: err.row, messageIndex: err.messageIndex, field: err.field }, err.reason);
-    }
-    throw err;
-  }
 }
 
-/** A plain message object from a wire message (validated later by HistoryBatch.from). */
+/** A plain message object from a wire message (validated next by validateMessage). */
 function messageFromWire(value: unknown, context: string, row: number, messageIndex: number): unknown {
   if (typeof value !== "object" || value === null) return value;
   const m = value as WireChatMessage;

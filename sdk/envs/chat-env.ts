@@ -7,7 +7,7 @@ import { z } from "zod";
 import { getChatTemplate, History, HistoryBatch, type ChatMessage, type ChatTemplate } from "../data/index.js";
 import { RaggedTensor, TensorDict, type NestedKey } from "../tensordict/index.js";
 import { WorkerClient } from "../workers/client.js";
-import { parseOptions } from "../workers/options.js";
+import { parseOptions } from "../core/index.js";
 import { EnvBase, type EnvCallOptions } from "./env-base.js";
 import { EnvStateError, InvalidArgumentError } from "./errors.js";
 import { QUERY_KEY, modeKey, type InputMode } from "./keys.js";

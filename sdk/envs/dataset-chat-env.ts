@@ -4,7 +4,7 @@
  */
 import { z } from "zod";
 import type { TensorDict } from "../tensordict/index.js";
-import { parseOptions } from "../workers/options.js";
+import { parseOptions } from "../core/index.js";
 import { ChatEnv, ChatEnvOptionsSchema, type ChatEnvOptions } from "./chat-env.js";
 import { DataLoadingPrimer, DataLoadingPrimerOptionsSchema, type DataLoadingPrimerOptions, type DataPosition } from "./data/primer.js";
 import type { DatasetColumns } from "./data/fields.js";

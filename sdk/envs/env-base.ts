@@ -15,7 +15,7 @@
 import { z } from "zod";
 import { RequestAbortedError, type RequestOptions } from "../../bridge/index.js";
 import { BatchSizeMismatchError, TensorDict, type NestedKey } from "../tensordict/index.js";
-import { parseOptions } from "../workers/options.js";
+import { parseOptions } from "../core/index.js";
 import { EnvStateError, InvalidArgumentError } from "./errors.js";
 import { DONE_KEY, DONE_KEYS, NEXT_KEY, RESET_KEY, REWARD_KEY } from "./keys.js";
 import { completeDoneKeys, mergeRows, readFlags, flagColumn } from "./rows.js";

@@ -2,7 +2,7 @@
  * Typed errors thrown by `sdk/envs`. Each one is a {@link PosttrainError} with a stable `code`; the fields say which
  * file, row, field, reward or sample the problem is in, so callers need not parse messages.
  */
-import { InvalidArgumentError, PosttrainError } from "../../bridge/errors.js";
+import { InvalidArgumentError, PosttrainError } from "../core/errors.js";
 
 export { InvalidArgumentError, PosttrainError };
 

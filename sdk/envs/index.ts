@@ -37,6 +37,13 @@ export {
   type DataLoadingPrimerOptions,
   type DataPosition,
 } from "./data/primer.js";
+export {
+  GeneratorPrimer,
+  GeneratorPrimerOptionsSchema,
+  PrimerBase,
+  type PrimedProblem,
+  type ProblemGenerator,
+} from "./data/primer-base.js";
 export { FieldSpecSchema, FieldsSchema, type DatasetColumns, type FieldKind, type FieldSpec, type Fields } from "./data/fields.js";
 export { DATASET_EXTENSIONS, readDatasetFile, type DatasetFile } from "./data/read.js";
 export type { DatasetRow } from "./data/plain.js";

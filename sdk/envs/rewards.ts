@@ -6,7 +6,7 @@
 import { z } from "zod";
 import { History, HistoryBatch } from "../data/index.js";
 import { Tensor, TensorDict, type NestedKey } from "../tensordict/index.js";
-import { parseOptions } from "../workers/options.js";
+import { parseOptions } from "../core/index.js";
 import { ChatEnv } from "./chat-env.js";
 import { mapBounded } from "./concurrency.js";
 import { DataLoadingPrimer } from "./data/primer.js";

@@ -1,1 +1,9 @@
-export { makeTinyModel, TinyModelOptionsSchema, type TinyModel, type TinyModelOptions } from "./tiny.js";
+/** The project's tiny random model, built offline for tests, examples and the demo. See docs/models.md. */
+export {
+  makeTinyModel,
+  TinyModelConfigSchema,
+  TinyModelOptionsSchema,
+  type TinyModel,
+  type TinyModelConfig,
+  type TinyModelOptions,
+} from "./tiny.js";

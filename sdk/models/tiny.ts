@@ -1,17 +1,29 @@
 import { execFile } from "node:child_process";
 import { z } from "zod";
-import { PosttrainError, resolvePython } from "../../bridge/index.js";
-import { parseOptions } from "../workers/options.js";
+import { resolvePython } from "../../bridge/index.js";
+import { PosttrainError } from "../core/errors.js";
+import { parseOptions } from "../core/index.js";
 
-/** Sizes and seed of the tiny model; every field is optional. */
-export const TinyModelOptionsSchema = z.strictObject({
-  seed: z.number().int().nonnegative().optional(),
+/**
+ * The tiny model's sizes and seed; every field is optional (the builder's defaults). A run config's `model.tiny`
+ * block is this schema.
+ */
+export const TinyModelConfigSchema = z.strictObject({
   hiddenSize: z.number().int().positive().optional(),
   numLayers: z.number().int().positive().optional(),
   numHeads: z.number().int().positive().optional(),
   numKvHeads: z.number().int().positive().optional(),
   intermediateSize: z.number().int().positive().optional(),
   maxPositionEmbeddings: z.number().int().positive().optional(),
+  /** Seed of the random weights (default 0; in a run config: the run's `seed`). */
+  seed: z.number().int().nonnegative().optional(),
+});
+
+/** The tiny model's sizes and seed. */
+export type TinyModelConfig = z.input<typeof TinyModelConfigSchema>;
+
+/** Options of {@link makeTinyModel}: the sizes and seed, and the Python interpreter. */
+export const TinyModelOptionsSchema = TinyModelConfigSchema.extend({
   /** Python interpreter with `posttrain_worker` (default: as for workers). */
   python: z.string().min(1).optional(),
 });

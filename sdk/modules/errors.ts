@@ -1,4 +1,4 @@
-import { PosttrainError } from "../../bridge/index.js";
+import { PosttrainError } from "../core/errors.js";
 
 /**
  * A model backend the worker does not offer, e.g. `vLLMWrapper` on a worker without the `vllm` package (code

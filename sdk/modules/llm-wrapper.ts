@@ -1,10 +1,11 @@
 import { z } from "zod";
-import { InvalidArgumentError, type RequestOptions } from "../../bridge/index.js";
+import type { RequestOptions } from "../../bridge/index.js";
+import { InvalidArgumentError } from "../core/errors.js";
 import { HistoryBatch } from "../data/index.js";
 import { TensorDict, type NestedKey } from "../tensordict/index.js";
 import type { GenerateOptions } from "../workers/generation.js";
 import type { WorkerClient } from "../workers/client.js";
-import { parseOptions } from "../workers/options.js";
+import { parseOptions } from "../core/index.js";
 
 /** Hugging Face-style generation kwargs (snake_case), with TorchRL's aliases `max_tokens` and `n`. */
 export const GenerateKwargsSchema = z.strictObject({

@@ -1,4 +1,5 @@
-import { InvalidArgumentError, type RequestOptions } from "../../bridge/index.js";
+import type { RequestOptions } from "../../bridge/index.js";
+import { InvalidArgumentError } from "../core/errors.js";
 import type { WorkerClient } from "../workers/client.js";
 import { BackendUnavailableError } from "./errors.js";
 import { LLMWrapperBase, LLMWrapperOptionsSchema, type LLMWrapperOptions } from "./llm-wrapper.js";

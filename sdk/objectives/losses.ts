@@ -4,7 +4,7 @@
  * (`posttrain_worker.objectives`). Formulas, defaults and parity with TorchRL and TRL: docs/losses.md.
  */
 import { z } from "zod";
-import { parseOptions } from "../workers/options.js";
+import { parseOptions } from "../core/index.js";
 
 /** How per-token loss terms are reduced (TorchRL's `aggregation`). */
 export const AGGREGATIONS = ["token_mean", "prompt_mean", "none"] as const;
@@ -272,9 +272,12 @@ export const DAPO_DEFAULTS = { clipEpsilon: [0.2, 0.28], dualClip: 3 } as const 
  * default (TorchRL's `DAPO`, torchforge's dual clip). Any GRPO option may be given; it travels as `type: "grpo"`.
  */
 export class DAPOLoss extends GRPOLoss {
-  /** Throws `InvalidArgumentError` naming the field when an option does not fit. */
-  constructor(options: GRPOLossOptions = {}) {
-    super({ ...DAPO_DEFAULTS, ...options }, "DAPOLoss options");
+  /**
+   * Throws `InvalidArgumentError` naming the field when an option does not fit.
+   * @param where - the prefix of error messages.
+   */
+  constructor(options: GRPOLossOptions = {}, where = "DAPOLoss options") {
+    super({ ...DAPO_DEFAULTS, ...options }, where);
   }
 }
 
@@ -288,9 +291,12 @@ export class CISPOLoss implements LossConfigLike {
   /** The resolved options (defaults filled in). */
   readonly config: Readonly<z.output<typeof CISPOLossOptionsSchema>>;
 
-  /** Throws `InvalidArgumentError` naming the field when an option does not fit. */
-  constructor(options: CISPOLossOptions = {}) {
-    this.config = parseOptions(CISPOLossOptionsSchema, options, "CISPOLoss options");
+  /**
+   * Throws `InvalidArgumentError` naming the field when an option does not fit.
+   * @param where - the prefix of error messages.
+   */
+  constructor(options: CISPOLossOptions = {}, where = "CISPOLoss options") {
+    this.config = parseOptions(CISPOLossOptionsSchema, options, where);
   }
 
   /** The JSON config sent to the worker. */
@@ -311,9 +317,12 @@ export class GSPOLoss implements LossConfigLike {
   /** The resolved options (defaults filled in). */
   readonly config: Readonly<z.output<typeof GSPOLossOptionsSchema>>;
 
-  /** Throws `InvalidArgumentError` naming the field when an option does not fit. */
-  constructor(options: GSPOLossOptions = {}) {
-    this.config = parseOptions(GSPOLossOptionsSchema, options, "GSPOLoss options");
+  /**
+   * Throws `InvalidArgumentError` naming the field when an option does not fit.
+   * @param where - the prefix of error messages.
+   */
+  constructor(options: GSPOLossOptions = {}, where = "GSPOLoss options") {
+    this.config = parseOptions(GSPOLossOptionsSchema, options, where);
   }
 
   /** The JSON config sent to the worker. */
@@ -333,9 +342,12 @@ export class SAPOLoss implements LossConfigLike {
   /** The resolved options (defaults filled in). */
   readonly config: Readonly<z.output<typeof SAPOLossOptionsSchema>>;
 
-  /** Throws `InvalidArgumentError` naming the field when an option does not fit. */
-  constructor(options: SAPOLossOptions = {}) {
-    this.config = parseOptions(SAPOLossOptionsSchema, options, "SAPOLoss options");
+  /**
+   * Throws `InvalidArgumentError` naming the field when an option does not fit.
+   * @param where - the prefix of error messages.
+   */
+  constructor(options: SAPOLossOptions = {}, where = "SAPOLoss options") {
+    this.config = parseOptions(SAPOLossOptionsSchema, options, where);
   }
 
   /** The JSON config sent to the worker. */

@@ -4,7 +4,7 @@
  */
 import { readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { PosttrainError } from "../../bridge/index.js";
+import { PosttrainError } from "../core/errors.js";
 import { escapeXml, lineChart, type ChartSeries } from "./svg-chart.js";
 
 /** One line of `metrics.jsonl`: the step and numeric metrics (`null` where a metric was not computed). */

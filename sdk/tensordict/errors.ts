@@ -5,8 +5,9 @@
  * `INVALID_ARGUMENT` reuses the project-wide {@link InvalidArgumentError} from the bridge, so one class
  * stands for that code everywhere in posttrain.
  */
-import { InvalidArgumentError, PosttrainError } from "../../bridge/errors.js";
+import { InvalidArgumentError, PosttrainError } from "../core/errors.js";
 import type { DType } from "../../bridge/wire/dtypes.js";
+import type { LeafKind, LeafWireKind } from "./leaf.js";
 
 export { InvalidArgumentError, PosttrainError };
 
@@ -94,8 +95,11 @@ export class IndexOutOfRangeError extends PosttrainError {
   }
 }
 
-/** The kinds of value a TensorDict holds under a key. */
-export type ValueKind = "tensor" | "ragged" | "strings" | "history" | "tensordict";
+/**
+ * The kinds of value a TensorDict holds under a key: its own (`"tensor"`, `"ragged"`, `"strings"`, `"tensordict"`)
+ * and those of the registered leaf types (`"history"` once `posttrain/data` is loaded; see `registerLeafType`).
+ */
+export type ValueKind = "tensor" | "ragged" | "strings" | "tensordict" | LeafKind;
 
 /** A key holds another kind of value than the one asked for (e.g. `getTensor` on a ragged leaf). */
 export class LeafKindMismatchError extends PosttrainError {
@@ -112,5 +116,29 @@ export class LeafKindMismatchError extends PosttrainError {
     this.key = key;
     this.expected = expected;
     this.actual = actual;
+  }
+}
+
+/**
+ * A wire column of a kind whose leaf type no loaded module has registered (`TensorDict.fromWire` / `fromArrow`).
+ * The message names the key and the module to import, e.g. `import posttrain/data` for a `"history"` column.
+ */
+export class LeafTypeNotRegisteredError extends PosttrainError {
+  /** The key of the column. */
+  readonly key: KeyPath;
+  /** The wire kind of the column (`"history"`). */
+  readonly wireKind: LeafWireKind;
+  /** The public module that registers the leaf type of that wire kind (`"posttrain/data"`). */
+  readonly module: string;
+
+  constructor(key: KeyPath, wireKind: LeafWireKind, module: string, context?: string) {
+    const prefix = context === undefined ? "" : `${context}: `;
+    super(
+      "LEAF_TYPE_NOT_REGISTERED",
+      `${prefix}key ${formatKeyPath(key)} is a "${wireKind}" column but no leaf type is registered for that wire kind; import ${module}, which registers it`,
+    );
+    this.key = key;
+    this.wireKind = wireKind;
+    this.module = module;
   }
 }

@@ -1,6 +1,6 @@
 /**
- * posttrain's TensorDict: dense, ragged, string and History leaves sharing a batch size, with TorchRL's operations
- * and a zero-copy bridge to the Arrow wire format. See docs/tensordict.md.
+ * posttrain's TensorDict: dense, ragged and string leaves (and those of registered leaf types) sharing a batch size,
+ * with TorchRL's operations and a zero-copy bridge to the Arrow wire format. See docs/tensordict.md.
  */
 export { DTYPES, isDType, itemSize, type DType, type TypedArrayOf, type AnyTypedArray } from "../../bridge/wire/dtypes.js";
 export type { WireBatch } from "../../bridge/wire/index.js";
@@ -11,6 +11,7 @@ export {
   InvalidArgumentError,
   KeyNotFoundError,
   LeafKindMismatchError,
+  LeafTypeNotRegisteredError,
   PosttrainError,
   ShapeMismatchError,
   type ValueKind,
@@ -28,6 +29,15 @@ export {
 export type { Index, IndexRange } from "./indexing.js";
 export type { NestedKey } from "./keys.js";
 export {
+  registerLeafType,
+  type LeafKind,
+  type LeafType,
+  type LeafValue,
+  type LeafWireColumn,
+  type LeafWireKind,
+  type TensorDictLeaves,
+} from "./leaf.js";
+export {
   asNestedTensor,
   asPaddedTensor,
   MAX_RAGGED_LENGTH,
@@ -37,6 +47,7 @@ export {
   type PaddedTensor,
   type PaddingOptions,
 } from "./ragged.js";
+export { takeRows, type RowPlan } from "./rows.js";
 export type { ElementOf, Scalar } from "./storage.js";
 export { Tensor, type NestedArray, type NestedValue, type TensorFromOptions, type TensorSource } from "./tensor.js";
 export {

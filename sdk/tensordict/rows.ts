@@ -1,5 +1,5 @@
 /**
- * Row plans (internal): every batch-dimension operation (indexing, stack, cat, split) is a selection of rows of the
+ * Row plans (internal apart from `RowPlan` and `takeRows`, which leaf types use): every batch-dimension operation (indexing, stack, cat, split) is a selection of rows of the
  * flattened batch, expressed as runs of consecutive rows taken from one of several sources. Each leaf kind applies a
  * plan the same way; a plan of a single run can be applied as a zero-copy view.
  */
@@ -124,8 +124,12 @@ export function takeRagged<D extends DType>(sources: readonly RaggedTensor<D>[],
 }
 
 /**
- * Applies a plan to leaves held as one JS value per row (string leaves, History leaves): always a new array of the
- * same (immutable) row values.
+ * Applies a plan to leaves held as one JS value per row (string leaves, and leaf types whose values are lists of
+ * rows): always a new array of the same (immutable) row values.
+ *
+ * ```ts
+ * const rows = takeRows([a.rows, b.rows], plan); // in a LeafType's `take`
+ * ```
  */
 export function takeRows<T>(sources: readonly (readonly T[])[], plan: RowPlan): T[] {
   const out: T[] = [];

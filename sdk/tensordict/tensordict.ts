@@ -1,26 +1,31 @@
 /**
- * TensorDict: named leaves sharing a leading batch size, as in TorchRL's `tensordict`.
- *
- * History leaves are `HistoryBatch`es from `sdk/data`. This module imports `sdk/data/history.ts` (and its wire
- * conversions) directly; that is not a runtime import cycle because `sdk/data` only imports the leaf modules of
- * `sdk/tensordict` (errors, indexing, rows), never this module or `sdk/tensordict/index.ts`
- * (test/ts/tensordict.history.test.ts checks that the import graph of sdk/ and bridge/ has no cycles).
+ * TensorDict: named leaves sharing a leading batch size, as in TorchRL's `tensordict`. It holds dense and ragged
+ * tensors, strings and nested TensorDicts itself, and every other leaf through its registered leaf type (leaf.ts).
  */
 import { decodeBatch, encodeBatch, type WireBatch, type WireColumn, type WireColumns } from "../../bridge/wire/index.js";
 import type { DType } from "../../bridge/wire/dtypes.js";
-import { History, HistoryBatch } from "../data/history.js";
-import { historyFromWire, historyToWire } from "../data/wire.js";
 import {
   BatchSizeMismatchError,
   DTypeMismatchError,
   InvalidArgumentError,
   KeyNotFoundError,
   LeafKindMismatchError,
+  LeafTypeNotRegisteredError,
   ShapeMismatchError,
   type ValueKind,
 } from "./errors.js";
 import { planCat, planIndex, planStack, type Index, type IndexPlan } from "./indexing.js";
 import { canonicalKey, formatKey, keyPath, type NestedKey } from "./keys.js";
+import {
+  leafTypeForWire,
+  leafTypeOf,
+  leafTypes,
+  registeringModule,
+  type LeafKind,
+  type LeafValue,
+  type LeafWireColumn,
+  type TensorDictLeaves,
+} from "./leaf.js";
 import { RaggedTensor } from "./ragged.js";
 import { takeDense, takeRagged, takeRows, type RowPlan } from "./rows.js";
 import { checkShape, formatShape, normalizeDim, prod, resolveShape, sameShape } from "./shape.js";
@@ -32,10 +37,11 @@ export type TensorLeaf = Tensor | RaggedTensor;
 
 /**
  * A value a TensorDict holds under a key: a dense {@link Tensor} (shape starts with the batch size), a
- * {@link RaggedTensor} (one row per batch element), strings (one per batch element, row-major), a
- * {@link HistoryBatch} (one conversation per batch element, row-major) or a nested TensorDict (same batch size).
+ * {@link RaggedTensor} (one row per batch element), strings (one per batch element, row-major), a value of a
+ * registered leaf type ({@link TensorDictLeaves}; one entry per batch element, row-major) or a nested TensorDict (same
+ * batch size).
  */
-export type TensorDictValue = Tensor | RaggedTensor | readonly string[] | HistoryBatch | TensorDict;
+export type TensorDictValue = Tensor | RaggedTensor | readonly string[] | LeafValue | TensorDict;
 
 /** The plain-object form accepted by the constructor and `set`: nested objects become nested TensorDicts. */
 export interface TensorDictSource {
@@ -59,12 +65,19 @@ export interface KeysOptions {
 /** The function {@link TensorDict.apply} calls on each tensor leaf; `undefined` drops the leaf. */
 export type ApplyFunction = (value: TensorLeaf, key: NestedKey) => TensorLeaf | undefined;
 
-/** The kind of a value: `"tensor"`, `"ragged"`, `"strings"`, `"history"` or `"tensordict"`. */
+/**
+ * The kind of a value: `"tensor"`, `"ragged"`, `"strings"`, `"tensordict"` or the kind of its registered leaf type.
+ *
+ * ```ts
+ * kindOf(td.get("obs")); // "tensor"
+ * ```
+ */
 export function kindOf(value: TensorDictValue): ValueKind {
   if (value instanceof Tensor) return "tensor";
   if (value instanceof RaggedTensor) return "ragged";
-  if (value instanceof HistoryBatch) return "history";
   if (value instanceof TensorDict) return "tensordict";
+  const leaf = leafTypeOf(value);
+  if (leaf !== undefined) return leaf.kind as LeafKind;
   return "strings";
 }
 
@@ -96,8 +109,8 @@ export class TensorDict {
 
   /**
    * A TensorDict from a (nested) plain object of values. Nested plain objects become nested TensorDicts with the same
-   * batch size; TensorDict values are kept by reference (as in TorchRL), string arrays are copied and frozen,
-   * HistoryBatch values (immutable) are kept as they are.
+   * batch size; TensorDict values are kept by reference (as in TorchRL), string arrays are copied and frozen, values
+   * of registered leaf types are kept as they are.
    * Throws BATCH_SIZE_MISMATCH (naming the key) when a value does not fit `batchSize`.
    */
   constructor(source: TensorDictSource = {}, options: TensorDictOptions = {}) {
@@ -143,16 +156,6 @@ export class TensorDict {
       }
       return value;
     }
-    if (value instanceof HistoryBatch) {
-      if (value.length !== this.numel()) {
-        throw new BatchSizeMismatchError(
-          `key ${key}: HistoryBatch has ${value.length} rows but batch size ${formatShape(this.batchSize)} has ${this.numel()}`,
-          this.batchSize,
-          [value.length],
-        );
-      }
-      return value;
-    }
     if (value instanceof TensorDict) {
       if (!sameShape(value.batchSize, this.batchSize)) {
         throw new BatchSizeMismatchError(
@@ -162,6 +165,18 @@ export class TensorDict {
         );
       }
       return value;
+    }
+    const leaf = leafTypeOf(value);
+    if (leaf !== undefined) {
+      const rows = leaf.rows(value);
+      if (rows !== this.numel()) {
+        throw new BatchSizeMismatchError(
+          `key ${key}: ${leaf.name} has ${rows} rows but batch size ${formatShape(this.batchSize)} has ${this.numel()}`,
+          this.batchSize,
+          [rows],
+        );
+      }
+      return value as LeafValue;
     }
     if (Array.isArray(value)) {
       const items: unknown[] = value;
@@ -181,11 +196,12 @@ export class TensorDict {
       child.#fill(value, path);
       return child;
     }
-    let hint = "";
-    if (ArrayBuffer.isView(value)) hint = " (wrap TypedArrays with Tensor.from or new Tensor)";
-    else if (value instanceof History) hint = " (wrap Histories with HistoryBatch.stack, one per batch row)";
+    let hint: string | undefined;
+    if (ArrayBuffer.isView(value)) hint = "wrap TypedArrays with Tensor.from or new Tensor";
+    else for (const type of leafTypes()) hint ??= type.hint?.(value);
+    const expected = ["Tensor", "RaggedTensor", "string array", ...leafTypes().map((type) => type.name), "TensorDict"].join(", ");
     throw new InvalidArgumentError(
-      `key ${key}: expected a Tensor, RaggedTensor, string array, HistoryBatch, TensorDict or plain object, got ${describe(value)}${hint}`,
+      `key ${key}: expected a ${expected} or plain object, got ${describe(value)}${hint === undefined ? "" : ` (${hint})`}`,
     );
   }
 
@@ -275,9 +291,16 @@ export class TensorDict {
     return this.#getKind(key, "strings", "getStrings") as readonly string[];
   }
 
-  /** The conversations under `key` (one History per batch element, row-major); throws KEY_NOT_FOUND or LEAF_KIND_MISMATCH. */
-  getHistory(key: NestedKey): HistoryBatch {
-    return this.#getKind(key, "history", "getHistory") as HistoryBatch;
+  /**
+   * The value of the registered leaf type `kind` under `key` (typed by {@link TensorDictLeaves}); throws KEY_NOT_FOUND
+   * or LEAF_KIND_MISMATCH. A leaf module may add a shorthand getter by module augmentation (docs/tensordict.md).
+   *
+   * ```ts
+   * const points = td.getLeaf(["scene", "points"], "points");
+   * ```
+   */
+  getLeaf<K extends LeafKind>(key: NestedKey, kind: K): TensorDictLeaves[K] {
+    return this.#getKind(key, kind, "getLeaf") as TensorDictLeaves[K];
   }
 
   /** The nested TensorDict under `key`; throws KEY_NOT_FOUND or LEAF_KIND_MISMATCH. */
@@ -406,8 +429,10 @@ export class TensorDict {
       if (value instanceof Tensor) out = takeDense(all as Tensor[], plan, first.batchDims, batchSize, allowView);
       else if (value instanceof RaggedTensor) out = takeRagged(all as RaggedTensor[], plan, allowView);
       else if (value instanceof TensorDict) out = TensorDict.#take(all as TensorDict[], plan, batchSize, allowView);
-      else if (value instanceof HistoryBatch) out = HistoryBatch.stack(takeRows((all as HistoryBatch[]).map((h) => h.rows), plan));
-      else out = Object.freeze(takeRows(all as (readonly string[])[], plan));
+      else {
+        const leaf = leafTypeOf(value);
+        out = leaf === undefined ? Object.freeze(takeRows(all as (readonly string[])[], plan)) : (leaf.take(all, plan) as LeafValue);
+      }
       entries.push([key, out]);
     }
     return TensorDict.#trusted(batchSize, entries);
@@ -613,8 +638,9 @@ export class TensorDict {
 
   /**
    * A new TensorDict with `fn` applied to every dense and ragged leaf (nested ones included); `fn` gets the leaf and
-   * its key (a string at top level, a tuple below). Returning `undefined` drops the leaf. String and History leaves
-   * are not passed to `fn`: they are kept as they are. Each result must fit the batch size (BATCH_SIZE_MISMATCH otherwise).
+   * its key (a string at top level, a tuple below). Returning `undefined` drops the leaf. String leaves and values of
+   * registered leaf types are not passed to `fn`: they are kept as they are. Each result must fit the batch size
+   * (BATCH_SIZE_MISMATCH otherwise).
    */
   apply(fn: ApplyFunction): TensorDict {
     const walk = (td: TensorDict, prefix: readonly string[]): TensorDict => {
@@ -641,8 +667,8 @@ export class TensorDict {
   }
 
   /**
-   * A deep copy: every tensor's data is copied (ragged values compacted), string arrays copied. History leaves get a
-   * new HistoryBatch holding the same Histories (they are immutable, so sharing them is safe).
+   * A deep copy: every tensor's data is copied (ragged values compacted), string arrays copied, and values of
+   * registered leaf types copied by their type's `clone` (which may share immutable row values).
    */
   clone(): TensorDict {
     return TensorDict.#trusted(
@@ -650,8 +676,10 @@ export class TensorDict {
       [...this.#entries].map(([key, value]) => {
         let out: TensorDictValue;
         if (value instanceof Tensor || value instanceof RaggedTensor || value instanceof TensorDict) out = value.clone();
-        else if (value instanceof HistoryBatch) out = HistoryBatch.stack(value.rows);
-        else out = Object.freeze(value.slice());
+        else {
+          const leaf = leafTypeOf(value);
+          out = leaf === undefined ? Object.freeze((value as readonly string[]).slice()) : (leaf.clone(value) as LeafValue);
+        }
         return [key, out] as const;
       }),
     );
@@ -663,23 +691,26 @@ export class TensorDict {
     return [...this.#entries].map(([key, value]): readonly [string, WireColumn] => {
       if (value instanceof Tensor) return [key, denseToWire(value, this.batchDims)];
       if (value instanceof RaggedTensor) return [key, raggedToWire(value)];
-      if (value instanceof HistoryBatch) return [key, historyToWire(value)];
       if (value instanceof TensorDict) return [key, { kind: "struct", columns: value.#columns() }];
-      return [key, { kind: "strings", values: value }];
+      const leaf = leafTypeOf(value);
+      if (leaf !== undefined) return [key, leaf.toWire(value)];
+      return [key, { kind: "strings", values: value as readonly string[] }];
     });
   }
 
   /**
-   * The wire form (`bridge/wire`): columns share the leaves' arrays, nothing is copied. History leaves become
-   * `WireHistory` columns (plain message objects; tool calls as compact JSON text).
+   * The wire form (`bridge/wire`): columns share the leaves' arrays, nothing is copied. A value of a registered leaf
+   * type becomes the column its type's `toWire` writes.
    */
   toWire(): WireBatch {
     return { batchSize: this.batchSize, columns: this.#columns() };
   }
 
   /**
-   * A TensorDict over a wire batch, without copying its arrays; validates shapes and row counts. History columns are
-   * parsed and validated into HistoryBatches (InvalidHistoryError naming the key, row, message and field).
+   * A TensorDict over a wire batch, without copying its arrays; validates shapes and row counts. A column of another
+   * kind than dense, ragged, strings and struct is read by the leaf type registered for its wire kind (which
+   * validates it, its errors naming the key); LEAF_TYPE_NOT_REGISTERED, naming the key and the module to import,
+   * when none is.
    */
   static fromWire(batch: WireBatch): TensorDict {
     const batchSize = checkShape(batch.batchSize, "fromWire: batchSize");
@@ -699,18 +730,24 @@ export class TensorDict {
           case "strings":
             value = column.values;
             break;
-          case "history":
-            value = historyFromWire(column, `fromWire: key ${formatKey(path)}`);
-            break;
           case "struct":
             value = build(column.columns, path);
             break;
+          default:
+            value = TensorDict.#leafFromWire(column, path);
         }
         td.#entries.set(key, td.#validate(value, path));
       }
       return td;
     };
     return build(batch.columns, []);
+  }
+
+  /** The value of a leaf column, read by the leaf type registered for its wire kind. */
+  static #leafFromWire(column: LeafWireColumn, path: readonly string[]): TensorDictValue {
+    const leaf = leafTypeForWire(column.kind);
+    if (leaf === undefined) throw new LeafTypeNotRegisteredError(canonicalKey(path), column.kind, registeringModule(column.kind), "fromWire");
+    return leaf.fromWire(column, `fromWire: key ${formatKey(path)}`) as LeafValue;
   }
 
   /** This TensorDict as one Arrow IPC stream (docs/protocol.md), ready to send as a ZeroMQ frame. */
@@ -731,10 +768,12 @@ export class TensorDict {
         if (value instanceof TensorDict) {
           lines.push(`${indent}${key}: TensorDict`);
           walk(value, `${indent}  `);
-        } else if (value instanceof Tensor || value instanceof RaggedTensor || value instanceof HistoryBatch) {
+        } else if (value instanceof Tensor || value instanceof RaggedTensor) {
           lines.push(`${indent}${key}: ${value.toString()}`);
         } else {
-          lines.push(`${indent}${key}: strings`);
+          const leaf = leafTypeOf(value);
+          const text = leaf === undefined ? "strings" : (leaf.describe?.(value) ?? String(value));
+          lines.push(`${indent}${key}: ${text}`);
         }
       }
     };

@@ -1,4 +1,5 @@
-import { PosttrainError, WorkerError } from "../../bridge/index.js";
+import { WorkerError } from "../../bridge/index.js";
+import { PosttrainError } from "../core/errors.js";
 
 /** Error codes of the worker's training methods (docs/training.md, "Errors"). */
 export const TRAINING_ERROR_CODES = [

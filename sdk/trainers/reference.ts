@@ -2,7 +2,7 @@ import { z } from "zod";
 import type { RequestOptions } from "../../bridge/index.js";
 import type { TensorDict } from "../tensordict/index.js";
 import type { WorkerClient } from "../workers/client.js";
-import { parseOptions } from "../workers/options.js";
+import { parseOptions } from "../core/index.js";
 
 /** Options of {@link ReferenceModel}. */
 export const ReferenceModelOptionsSchema = z.strictObject({
@@ -47,8 +47,7 @@ export class ReferenceModel {
     name = "ref",
     requestOptions: RequestOptions = {},
   ): Promise<ReferenceModel> {
-    const args = parseOptions(z.object({ source: z.string().min(1), name: z.string().min(1) }), { source, name }, "ReferenceModel.copyOf");
-    await worker.call("clone_model", { ...args, replace: true }, [], requestOptions);
+    await worker.invoke("clone_model", { source, name, replace: true }, [], requestOptions, "ReferenceModel.copyOf");
     return new ReferenceModel(worker, name);
   }
 

@@ -1,26 +1,16 @@
 import { z } from "zod";
-import type { RequestOptions } from "../../bridge/index.js";
-import type { JsonValue } from "../data/index.js";
+import type { Payload, RequestOptions } from "../../bridge/index.js";
+import type { JsonValue } from "../core/json.js";
+import { parseOptions } from "../core/validation.js";
 import type { TensorDict } from "../tensordict/index.js";
 import type { WorkerClient } from "../workers/client.js";
-import { parseOptions } from "../workers/options.js";
+import type { CheckpointInfo, LossResult, RestoredState, TrainerState, TrainStepResult } from "../workers/trainer-results.js";
 import { typedTrainingError } from "./errors.js";
+
+function rethrowTyped(err: unknown): never {
+  throw typedTrainingError(err);
+}
 import { TrainerOptionsSchema, type ResolvedTrainerOptions, type TrainerOptions } from "./options.js";
-import {
-  CheckpointInfoSchema,
-  CreatedSchema,
-  DataPositionSchema,
-  LossResultSchema,
-  RestoredSchema,
-  TrainerStateSchema,
-  TrainStepResultSchema,
-  type CheckpointInfo,
-  type LossResult,
-  type RestoredState,
-  type TrainerState,
-  type TrainStepResult,
-} from "./results.js";
-import { parseReply } from "./reply.js";
 
 /** Which inputs the trainer's loss reads from a batch (besides `("tokens","full")` and the loss mask). */
 export interface TrainerNeeds {
@@ -92,9 +82,8 @@ export class Trainer {
       lora: resolved.lora,
       replace: resolved.replace,
     };
-    const reply = await worker.call("trainer_create", args, [], requestOptions);
-    const created = parseReply("trainer_create", CreatedSchema, reply);
-    return new Trainer(worker, resolved, created.needs);
+    const { result } = await worker.invoke("trainer_create", args, [], requestOptions);
+    return new Trainer(worker, resolved, result.needs);
   }
 
   /**
@@ -103,18 +92,19 @@ export class Trainer {
    * whose shape does not fit the tokens) for a bad batch; the worker keeps serving either way.
    */
   async step(batch: TensorDict, requestOptions: RequestOptions = {}): Promise<TrainStepResult> {
-    return this.run("train_step", TrainStepResultSchema, batch, requestOptions);
+    const payload = await this.payload(batch, requestOptions);
+    return (await this.worker.invoke("train_step", { model: this.model }, [payload], requestOptions).catch(rethrowTyped)).result;
   }
 
   /** The loss and metrics of `batch` under the current weights, without gradient or step (eval mode). */
   async computeLoss(batch: TensorDict, requestOptions: RequestOptions = {}): Promise<LossResult> {
-    return this.run("compute_loss", LossResultSchema, batch, requestOptions);
+    const payload = await this.payload(batch, requestOptions);
+    return (await this.worker.invoke("compute_loss", { model: this.model }, [payload], requestOptions).catch(rethrowTyped)).result;
   }
 
   /** Step count, policy version, learning rate, last metrics and the configs, as the worker holds them. */
   async state(requestOptions: RequestOptions = {}): Promise<TrainerState> {
-    const reply = await this.worker.call("trainer_state", { model: this.model }, [], requestOptions);
-    return parseReply("trainer_state", TrainerStateSchema, reply);
+    return (await this.worker.invoke("trainer_state", { model: this.model }, [], requestOptions)).result;
   }
 
   /**
@@ -124,9 +114,8 @@ export class Trainer {
    */
   async saveCheckpoint(dir: string, options: SaveCheckpointOptions = {}, requestOptions: RequestOptions = {}): Promise<CheckpointInfo> {
     const path = parseOptions(z.string().min(1), dir, "saveCheckpoint dir");
-    const dataPosition = parseOptions(DataPositionSchema, options.dataPosition ?? null, "saveCheckpoint options.dataPosition");
-    const reply = await this.worker.call("save_checkpoint", { model: this.model, dir: path, dataPosition }, [], requestOptions);
-    return parseReply("save_checkpoint", CheckpointInfoSchema, reply);
+    const args = { model: this.model, dir: path, dataPosition: options.dataPosition ?? null };
+    return (await this.worker.invoke("save_checkpoint", args, [], requestOptions, "saveCheckpoint options")).result;
   }
 
   /**
@@ -136,27 +125,21 @@ export class Trainer {
    */
   async loadCheckpoint(dir: string, requestOptions: RequestOptions = {}): Promise<RestoredState> {
     const path = parseOptions(z.string().min(1), dir, "loadCheckpoint dir");
-    const reply = await this.worker.call("load_checkpoint", { model: this.model, dir: path }, [], requestOptions);
-    return parseReply("load_checkpoint", RestoredSchema, reply);
+    return (await this.worker.invoke("load_checkpoint", { model: this.model, dir: path }, [], requestOptions)).result;
   }
 
   /** Drops the trainer (and its optimizer state) from the worker; the model stays loaded. */
   async close(requestOptions: RequestOptions = {}): Promise<void> {
-    await this.worker.call("trainer_close", { model: this.model }, [], requestOptions);
+    await this.worker.invoke("trainer_close", { model: this.model }, [], requestOptions);
   }
 
-  private async run<T>(method: string, schema: z.ZodType<T>, batch: TensorDict, requestOptions: RequestOptions): Promise<T> {
+  /** The batch as a payload, with the reference log-probs added when the loss needs them from another worker. */
+  private async payload(batch: TensorDict, requestOptions: RequestOptions): Promise<Payload> {
     const reference = this.options.reference;
     let td = batch;
     if (this.needs.refLogProbs && reference !== null && !td.has(["ref_log_probs", "full"])) {
       td = await reference.forward(td, requestOptions);
     }
-    const payload = { kind: "tensordict" as const, data: td.toArrow() };
-    try {
-      const reply = await this.worker.call(method, { model: this.model }, [payload], requestOptions);
-      return parseReply(method, schema, reply);
-    } catch (err) {
-      throw typedTrainingError(err);
-    }
+    return { kind: "tensordict", data: td.toArrow() };
   }
 }

@@ -11,10 +11,11 @@
  */
 import { createServer } from "node:net";
 import { z } from "zod";
-import { InvalidArgumentError, type RequestOptions } from "../../bridge/index.js";
+import type { RequestOptions } from "../../bridge/index.js";
+import { InvalidArgumentError } from "../core/errors.js";
 import type { WorkerClient } from "../workers/client.js";
-import { parseOptions } from "../workers/options.js";
-import { parseReply } from "./reply.js";
+import type { MethodResult } from "../workers/methods.js";
+import { parseOptions } from "../core/validation.js";
 
 /** A model in a worker: a trainer (`{ worker, model }`) or a generator. */
 export interface WeightEndpoint {
@@ -44,8 +45,6 @@ const Endpoint = z.custom<WeightEndpoint>(
   (v) => typeof v === "object" && v !== null && typeof (v as { model?: unknown }).model === "string" && "worker" in v,
   { message: "expected { worker, model } (a Trainer, or a generator model in a worker)" },
 );
-
-const SyncReply = z.object({ policyVersion: z.number().int().nonnegative(), bytes: z.number().int().nonnegative() });
 
 /** Runs `calls` together; the first failure aborts the others and is rethrown. */
 async function together<T>(calls: ((signal: AbortSignal) => Promise<T>)[], requestOptions: RequestOptions): Promise<T[]> {
@@ -106,15 +105,15 @@ export class SharedWeightSyncScheme implements WeightSyncScheme {
       throw new InvalidArgumentError("SharedWeightSyncScheme options.target: must differ from the source model");
     }
     const args = { source: checked.model, name: resolved.target, shareParameters: resolved.share, replace: true };
-    await checked.worker.call("clone_model", args, [], requestOptions);
+    await checked.worker.invoke("clone_model", args, [], requestOptions);
     return new SharedWeightSyncScheme(checked, { worker: checked.worker, model: resolved.target });
   }
 
   /** Moves the policy version (and copies the weights when they are not shared). */
   async updateWeights(requestOptions: RequestOptions = {}): Promise<WeightSyncResult> {
     const start = performance.now();
-    const reply = await this.source.worker.call("sync_weights", { source: this.source.model, target: this.target.model }, [], requestOptions);
-    const { policyVersion, bytes } = parseReply("sync_weights", SyncReply, reply);
+    const args = { source: this.source.model, target: this.target.model };
+    const { policyVersion, bytes } = (await this.source.worker.invoke("sync_weights", args, [], requestOptions)).result;
     return { policyVersion, bytes, ms: performance.now() - start };
   }
 
@@ -141,8 +140,6 @@ export const ZmqWeightSyncOptionsSchema = z.strictObject({
 /** Options of {@link ZmqWeightSyncScheme} (input form). */
 export type ZmqWeightSyncOptions = z.input<typeof ZmqWeightSyncOptionsSchema>;
 
-const ListenReply = z.object({ token: z.string(), endpoint: z.string() });
-
 /**
  * Direct transfer between workers: for each sync every generator's worker opens a receiving socket, and the
  * trainer's worker sends its weights there as raw frames in buckets of at most `bucketBytes`; generators
@@ -168,23 +165,20 @@ export class ZmqWeightSyncScheme implements WeightSyncScheme {
     const start = performance.now();
     const { bucketBytes, transport, host, timeoutMs } = this.options;
     // Listeners first: a receive holds its worker's compute thread until the sender is done with it.
-    const listens: z.infer<typeof ListenReply>[] = [];
+    const listens: MethodResult<"weights_listen">[] = [];
     for (const target of this.targets) {
-      const reply = await target.worker.call("weights_listen", { model: target.model, transport, host }, [], requestOptions);
-      listens.push(parseReply("weights_listen", ListenReply, reply));
+      listens.push((await target.worker.invoke("weights_listen", { model: target.model, transport, host }, [], requestOptions)).result);
     }
-    const receives = listens.map((listen, i) => (signal: AbortSignal) =>
-      this.targets[i]!.worker.call("weights_receive", { token: listen.token, timeoutMs }, [], withSignal(requestOptions, signal)),
-    );
-    const send = (signal: AbortSignal) =>
-      this.source.worker.call(
-        "weights_send",
-        { model: this.source.model, endpoints: listens.map((l) => l.endpoint), bucketBytes, timeoutMs },
-        [],
-        withSignal(requestOptions, signal),
-      );
-    const [sent] = await together([send, ...receives], requestOptions);
-    const { policyVersion, bytes } = parseReply("weights_send", SyncReply, sent!);
+    const receives = listens.map((listen, i) => async (signal: AbortSignal) => {
+      await this.targets[i]!.worker.invoke("weights_receive", { token: listen.token, timeoutMs }, [], withSignal(requestOptions, signal));
+      return null;
+    });
+    const send = async (signal: AbortSignal) => {
+      const args = { model: this.source.model, endpoints: listens.map((l) => l.endpoint), bucketBytes, timeoutMs };
+      return (await this.source.worker.invoke("weights_send", args, [], withSignal(requestOptions, signal))).result;
+    };
+    const [sent] = await together<MethodResult<"weights_send"> | null>([send, ...receives], requestOptions);
+    const { policyVersion, bytes } = sent!;
     return { policyVersion, bytes, ms: performance.now() - start };
   }
 
@@ -257,7 +251,7 @@ export class DistributedWeightSyncScheme implements WeightSyncScheme {
     const initMethod = resolved.initMethod ?? `tcp://127.0.0.1:${await freePort()}`;
     const common = { backend: resolved.backend, initMethod, worldSize: members.length, timeoutMs: resolved.timeoutMs };
     await together(
-      members.map((m, rank) => (signal: AbortSignal) => m.worker.call("dist_init", { ...common, rank }, [], withSignal(requestOptions, signal))),
+      members.map((m, rank) => (signal: AbortSignal) => m.worker.invoke("dist_init", { ...common, rank }, [], withSignal(requestOptions, signal))),
       requestOptions,
     );
     return new DistributedWeightSyncScheme(source, checked, resolved.bucketBytes);
@@ -270,11 +264,11 @@ export class DistributedWeightSyncScheme implements WeightSyncScheme {
     const members = [this.source, ...this.targets];
     const replies = await together(
       members.map((m) => (signal: AbortSignal) =>
-        m.worker.call("weights_broadcast", { model: m.model, src: 0, bucketBytes: this.bucketBytes }, [], withSignal(requestOptions, signal)),
+        m.worker.invoke("weights_broadcast", { model: m.model, src: 0, bucketBytes: this.bucketBytes }, [], withSignal(requestOptions, signal)),
       ),
       requestOptions,
     );
-    const { policyVersion, bytes } = parseReply("weights_broadcast", SyncReply, replies[0]!);
+    const { policyVersion, bytes } = replies[0]!.result;
     return { policyVersion, bytes, ms: performance.now() - start };
   }
 
@@ -283,6 +277,6 @@ export class DistributedWeightSyncScheme implements WeightSyncScheme {
     if (this.closed) return;
     this.closed = true;
     const members = [this.source, ...this.targets];
-    await Promise.all(members.map((m) => m.worker.call("dist_close", {}, [], requestOptions)));
+    await Promise.all(members.map((m) => m.worker.invoke("dist_close", {}, [], requestOptions)));
   }
 }

@@ -1,25 +1,23 @@
-import { z } from "zod";
-import {
-  ProtocolError,
-  type Payload,
-  type RequestOptions,
-  type RpcReply,
-  type WorkerConnection,
-  type WorkerInfo,
-} from "../../bridge/index.js";
+import type { Payload, RequestOptions, RpcReply, WorkerConnection, WorkerInfo } from "../../bridge/index.js";
+import { InvalidArgumentError, ProtocolError } from "../core/errors.js";
+import { parseOptions, parseReply } from "../core/validation.js";
 import { TensorDict } from "../tensordict/index.js";
+import type { ChatTemplateOptions, GenerateOptions, ScoreOptions } from "./generation.js";
 import {
-  ChatTemplateOptionsSchema,
-  GenerateOptionsSchema,
-  ScoreOptionsSchema,
-  type ChatTemplateOptions,
-  type GenerateOptions,
-  type ScoreOptions,
-} from "./generation.js";
-import { LoadModelOptionsSchema, ModelInfoSchema, ModelListSchema, type LoadModelOptions, type ModelInfo } from "./models.js";
-import { parseOptions } from "./options.js";
+  WORKER_METHODS,
+  type MethodArgs,
+  type MethodResult,
+  type PayloadShape,
+  type WorkerMethod,
+  type WorkerMethodName,
+} from "./methods.js";
+import type { LoadModelOptions, ModelInfo } from "./models.js";
 
-const ComputeForResult = z.object({ iterations: z.number().int().nonnegative() });
+/** A checked reply: the method's result and the payloads that came with it. */
+export interface MethodReply<M extends WorkerMethodName> {
+  readonly result: MethodResult<M>;
+  readonly payloads: readonly Payload[];
+}
 
 /**
  * The typed client of one worker: each worker method as an async function taking and returning
@@ -41,32 +39,40 @@ export class WorkerClient {
     return this.connection.info;
   }
 
+  /**
+   * Calls worker method `method` through the method table ({@link WORKER_METHODS}): `args` are checked against its
+   * schema here (an `InvalidArgumentError` naming the field, labelled `where`, default `"<method> args"`), the
+   * payloads against what it takes, and the reply's result against its result schema (`ProtocolError` otherwise).
+   *
+   * ```ts
+   * const { result } = await worker.invoke("trainer_state", { model: "policy" });
+   * ```
+   */
+  async invoke<M extends WorkerMethodName>(
+    method: M,
+    args: MethodArgs<M>,
+    payloads: readonly Payload[] = [],
+    requestOptions: RequestOptions = {},
+    where = `${method} args`,
+  ): Promise<MethodReply<M>> {
+    const spec: WorkerMethod = WORKER_METHODS[method];
+    const wireArgs = parseOptions(spec.args, args, where) as Record<string, unknown>;
+    checkPayloads(method, spec.takes, payloads);
+    const reply = await this.connection.request(method, wireArgs, payloads, requestOptions);
+    return { result: parseReply(method, spec.result, reply) as MethodResult<M>, payloads: reply.payloads };
+  }
+
   /** Round trip of a no-op request, in milliseconds. */
   async ping(options: RequestOptions = {}): Promise<number> {
     const start = performance.now();
-    await this.connection.request("ping", {}, [], options);
+    await this.invoke("ping", {}, [], options);
     return performance.now() - start;
   }
 
   /** Sends `td` to the worker, which decodes it into torch tensors and sends it back re-encoded. */
   async echo(td: TensorDict, options: RequestOptions = {}): Promise<TensorDict> {
-    const reply = await this.connection.request("echo", {}, [{ kind: "tensordict", data: td.toArrow() }], options);
-    return singleTensorDict("echo", reply);
-  }
-
-  /**
-   * Per row of every tensor leaf, the sum of its elements (float64), computed by torch in the worker; for
-   * string leaves, the row's length in characters (int64). Same keys and batch size as `td`.
-   */
-  async rowSums(td: TensorDict, options: RequestOptions = {}): Promise<TensorDict> {
-    const reply = await this.connection.request("row_sums", {}, [{ kind: "tensordict", data: td.toArrow() }], options);
-    return singleTensorDict("row_sums", reply);
-  }
-
-  /** Keeps the worker's compute thread busy for `seconds` (for tests of liveness, timeouts and cancellation). */
-  async computeFor(seconds: number, options: RequestOptions = {}): Promise<number> {
-    const reply = await this.connection.request("compute_for", { seconds }, [], options);
-    return parseResult("compute_for", ComputeForResult, reply).iterations;
+    const reply = await this.invoke("echo", {}, [tensorDictPayload(td)], options);
+    return singleTensorDict("echo", reply.payloads);
   }
 
   /**
@@ -76,21 +82,17 @@ export class WorkerClient {
    * (`backend: "vllm"` where the `vllm` package cannot be imported) as a `WorkerError`.
    */
   async loadModel(options: LoadModelOptions, requestOptions: RequestOptions = {}): Promise<ModelInfo> {
-    const args = parseOptions(LoadModelOptionsSchema, options, "loadModel options");
-    const reply = await this.connection.request("load_model", { ...args }, [], requestOptions);
-    return parseResult("load_model", ModelInfoSchema, reply);
+    return (await this.invoke("load_model", options, [], requestOptions, "loadModel options")).result;
   }
 
   /** Unloads the model `name` and frees its memory (`MODEL_NOT_LOADED` when there is none). */
   async unloadModel(name: string, requestOptions: RequestOptions = {}): Promise<void> {
-    const checked = parseOptions(z.string().min(1), name, "unloadModel name");
-    await this.connection.request("unload_model", { name: checked }, [], requestOptions);
+    await this.invoke("unload_model", { name }, [], requestOptions, "unloadModel");
   }
 
   /** The models loaded in this worker. */
   async listModels(requestOptions: RequestOptions = {}): Promise<ModelInfo[]> {
-    const reply = await this.connection.request("list_models", {}, [], requestOptions);
-    return parseResult("list_models", ModelListSchema, reply).models;
+    return (await this.invoke("list_models", {}, [], requestOptions)).result.models;
   }
 
   /**
@@ -107,8 +109,7 @@ export class WorkerClient {
     options: GenerateOptions,
     requestOptions: RequestOptions = {},
   ): Promise<TensorDict> {
-    const args = parseOptions(GenerateOptionsSchema, options, "generate options");
-    return this.modelCall("generate", model, args, prompts, requestOptions);
+    return this.modelCall("generate", { ...options, model }, prompts, requestOptions);
   }
 
   /**
@@ -121,8 +122,7 @@ export class WorkerClient {
     options: ScoreOptions = {},
     requestOptions: RequestOptions = {},
   ): Promise<TensorDict> {
-    const args = parseOptions(ScoreOptionsSchema, options, "score options");
-    return this.modelCall("score", model, args, sequences, requestOptions);
+    return this.modelCall("score", { ...options, model }, sequences, requestOptions);
   }
 
   /**
@@ -137,25 +137,25 @@ export class WorkerClient {
     options: ChatTemplateOptions = {},
     requestOptions: RequestOptions = {},
   ): Promise<TensorDict> {
-    const args = parseOptions(ChatTemplateOptionsSchema, options, "applyChatTemplate options");
-    return this.modelCall("apply_chat_template", model, args, conversations, requestOptions);
+    return this.modelCall("apply_chat_template", { ...options, model }, conversations, requestOptions);
   }
 
-  /** A method on a loaded model taking one TensorDict and answering one (validated args already). */
-  private async modelCall(
-    method: string,
-    model: string,
-    args: Record<string, unknown>,
+  /** A method on a loaded model taking one TensorDict and answering one; options errors say `"<method> options"`. */
+  private async modelCall<M extends "generate" | "score" | "apply_chat_template">(
+    method: M,
+    args: MethodArgs<M>,
     td: TensorDict,
     requestOptions: RequestOptions,
   ): Promise<TensorDict> {
-    const name = parseOptions(z.string().min(1), model, `${method} model`);
-    const payload = { kind: "tensordict" as const, data: td.toArrow() };
-    const reply = await this.connection.request(method, { model: name, ...args }, [payload], requestOptions);
-    return singleTensorDict(method, reply);
+    const where = `${method === "apply_chat_template" ? "applyChatTemplate" : method} options`;
+    const reply = await this.invoke(method, args, [tensorDictPayload(td)], requestOptions, where);
+    return singleTensorDict(method, reply.payloads);
   }
 
-  /** Calls any worker method by name (the escape hatch below the typed methods). */
+  /**
+   * Calls any worker method by name, unchecked: the escape hatch for methods outside the table (a worker extension's,
+   * see `WorkerPool.local({ extensions })`). Prefer {@link invoke} for the worker's own methods.
+   */
   call(
     method: string,
     args: Record<string, unknown> = {},
@@ -166,16 +166,24 @@ export class WorkerClient {
   }
 }
 
-function singleTensorDict(method: string, reply: RpcReply): TensorDict {
-  const payload = reply.payloads[0];
-  if (reply.payloads.length !== 1 || payload?.kind !== "tensordict") {
-    throw new ProtocolError(`${method}: expected one tensordict payload in the reply, got ${reply.payloads.length}`);
-  }
-  return TensorDict.fromArrow(payload.data);
+function tensorDictPayload(td: TensorDict): Payload {
+  return { kind: "tensordict", data: td.toArrow() };
 }
 
-function parseResult<T>(method: string, schema: z.ZodType<T>, reply: RpcReply): T {
-  const parsed = schema.safeParse(reply.result);
-  if (!parsed.success) throw new ProtocolError(`${method}: malformed result: ${z.prettifyError(parsed.error)}`);
-  return parsed.data;
+/** Checks what a request carries before it is sent: a mismatch is the caller's mistake (`InvalidArgumentError`). */
+function checkPayloads(method: string, takes: PayloadShape, payloads: readonly Payload[]): void {
+  const ok =
+    takes === "any" ||
+    (takes === "none" && payloads.length === 0) ||
+    (takes === "tensordict" && payloads.length === 1 && payloads[0]!.kind === "tensordict") ||
+    (takes === "tensors" && payloads.every((p) => p.kind === "tensor"));
+  if (!ok) throw new InvalidArgumentError(`${method}: takes ${takes} payload(s), got [${payloads.map((p) => p.kind).join(", ")}]`);
+}
+
+function singleTensorDict(method: string, payloads: readonly Payload[]): TensorDict {
+  const payload = payloads[0];
+  if (payloads.length !== 1 || payload?.kind !== "tensordict") {
+    throw new ProtocolError(`${method}: expected one tensordict payload in the reply, got ${payloads.length}`);
+  }
+  return TensorDict.fromArrow(payload.data);
 }

@@ -1,5 +1,10 @@
-export { WorkerClient } from "./client.js";
+/**
+ * Worker clients: `WorkerPool` starts Python workers, `WorkerClient` calls their methods through the typed method
+ * table (`WORKER_METHODS`). See docs/workers.md.
+ */
+export { WorkerClient, type MethodReply } from "./client.js";
 export { WorkerPool, type WorkerPoolOptions } from "./pool.js";
+export { WORKER_METHODS, type MethodArgs, type MethodResult, type PayloadShape, type WorkerMethod, type WorkerMethodName } from "./methods.js";
 export {
   LoadModelOptionsSchema,
   MODEL_BACKENDS,

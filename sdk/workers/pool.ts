@@ -1,4 +1,5 @@
-import { InvalidArgumentError, launchLocalWorkers, type LocalWorkers, type LocalWorkersOptions } from "../../bridge/index.js";
+import { launchLocalWorkers, type LocalWorkers, type LocalWorkersOptions } from "../../bridge/index.js";
+import { InvalidArgumentError } from "../core/errors.js";
 import { WorkerClient } from "./client.js";
 
 /** Options of {@link WorkerPool.local}. */
@@ -9,7 +10,7 @@ export type WorkerPoolOptions = LocalWorkersOptions;
  *
  * ```ts
  * await using pool = await WorkerPool.local({ workers: 1, device: "cpu" });
- * const sums = await pool.worker(0).rowSums(td);
+ * const info = await pool.worker(0).loadModel({ name: "policy", path: "runs/demo/model" });
  * ```
  */
 export class WorkerPool implements AsyncDisposable {

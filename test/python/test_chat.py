@@ -3,17 +3,16 @@ history leaf into token ids, text and assistant masks (TorchRL's history mode)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from posttrain_worker.codec import HistoryColumn, Ragged, TensorBatch, decode_batch, encode_batch
-from posttrain_worker.models import make_tiny_model
 from transformers import AutoTokenizer
-from worker_harness import Client, error, ok, policy_client
+from worker_harness import Client, error, ok
 
+TINY_SEED = 5  # conftest's tiny_dir weights
 CHATS: list[list[dict[str, Any]]] = [
     [{"role": "user", "content": "2+2?"}],
     [
@@ -23,17 +22,6 @@ CHATS: list[list[dict[str, Any]]] = [
         {"role": "user", "content": "Again"},
     ],
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=5)
-
-
-@pytest.fixture(scope="module")
-def client(tiny_dir: Path) -> Iterator[Client]:
-    with policy_client(tiny_dir) as c:
-        yield c
 
 
 def apply(client: Client, rows: list[list[dict[str, Any]]], key: str = "prompt", **args: Any) -> Any:

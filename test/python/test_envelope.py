@@ -1,11 +1,10 @@
-"""The envelope schema, argument validation and endpoint parsing, without sockets."""
+"""The envelope schema and endpoint parsing, without sockets."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from posttrain_worker.protocol.args import ArgReader
 from posttrain_worker.protocol.envelope import (
     BytesPayload,
     Cancel,
@@ -18,7 +17,7 @@ from posttrain_worker.protocol.envelope import (
     response_error,
     response_ok,
 )
-from posttrain_worker.protocol.errors import ProtocolViolation, WorkerFailure
+from posttrain_worker.protocol.errors import ProtocolViolation
 from posttrain_worker.server.endpoint import parse_endpoint
 
 
@@ -123,19 +122,6 @@ def test_builders() -> None:
     }
     with pytest.raises(ValueError):
         response_ok(1, {"x": float("inf")})
-
-
-def test_arg_reader() -> None:
-    reader = ArgReader("m", {"n": 2, "s": "x", "extra": 1})
-    assert reader.integer("n") == 2
-    assert reader.string("s") == "x"
-    assert reader.number("missing", required=False, default=1.5) == 1.5
-    with pytest.raises(WorkerFailure, match='unknown argument\\(s\\) "extra"'):
-        reader.finish()
-    with pytest.raises(WorkerFailure, match='"n" must be an integer, got true'):
-        ArgReader("m", {"n": True}).integer("n")
-    with pytest.raises(WorkerFailure, match='"x" must be a finite number'):
-        ArgReader("m", {"x": "1"}).number("x")
 
 
 def test_endpoints() -> None:

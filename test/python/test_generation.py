@@ -5,16 +5,14 @@ strings, eos, length, truncation, cancellation, and each bad input (typed error,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from posttrain_worker.codec import Ragged, TensorBatch, decode_batch, encode_batch
-from posttrain_worker.models import make_tiny_model
+from posttrain_worker.codec import Ragged, TensorBatch, encode_batch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from worker_harness import Client, error, ok, policy_client
+from worker_harness import Client, call, error, load, ok, ragged, rows_of
 
 PROMPTS = ["Hello world", "a", "The quick brown fox jumps"]
 MAX_POSITIONS = 512
@@ -25,30 +23,13 @@ EOS, PAD = 258, 256
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
-
-
-@pytest.fixture(scope="module")
 def reference(tiny_dir: Path) -> tuple[Any, Any]:
     """The same model and tokenizer, in this process."""
     model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     return model, AutoTokenizer.from_pretrained(tiny_dir)
 
 
-@pytest.fixture(scope="module")
-def client(tiny_dir: Path) -> Iterator[Client]:
-    with policy_client(tiny_dir) as c:
-        yield c
-
-
 # ---- helpers -------------------------------------------------------------------------------------------
-
-
-def ragged(rows: list[list[int]] | list[torch.Tensor]) -> Ragged:
-    tensors = [torch.as_tensor(r, dtype=torch.int64) for r in rows]
-    offsets = torch.tensor([0, *torch.tensor([t.numel() for t in tensors]).cumsum(0).tolist()])
-    return Ragged(torch.cat(tensors) if tensors else torch.zeros(0, dtype=torch.int64), offsets)
 
 
 def token_batch(rows: list[list[int]] | list[torch.Tensor], key: str = "prompt") -> TensorBatch:
@@ -59,25 +40,10 @@ def text_batch(texts: list[str]) -> TensorBatch:
     return TensorBatch((len(texts),), {"text": {"prompt": list(texts)}})
 
 
-def call(client: Client, method: str, args: dict[str, Any], batch: TensorBatch) -> dict[str, Any]:
-    """The reply envelope, with the decoded tensordict (when any) under ``"batch"``."""
-    reply, frames = client.call(
-        method, args, payloads=[{"kind": "tensordict"}], frames=(encode_batch(batch),), timeout=60
-    )
-    if reply.get("ok") and frames:
-        reply["batch"] = decode_batch(frames[0])
-    return reply
-
-
 def run(client: Client, batch: TensorBatch, **args: Any) -> TensorBatch:
     reply = call(client, "generate", {"model": "policy", **args}, batch)
     ok(reply)
     return reply["batch"]
-
-
-def rows_of(column: Any) -> list[torch.Tensor]:
-    assert isinstance(column, Ragged)
-    return [column.row(i).clone() for i in range(column.rows)]
 
 
 def tokens(client_batch: TensorBatch, key: str = "response") -> list[list[int]]:
@@ -323,7 +289,7 @@ def test_eos_ends_the_response_and_is_kept(
     assert greedy_reference(eosy, prompt, 1) == [EOS]
     eosy.save_pretrained(tmp_path / "eosy")
     tokenizer.save_pretrained(tmp_path / "eosy")
-    ok(client.call("load_model", {"name": "eosy", "path": str(tmp_path / "eosy")}, timeout=60)[0])
+    ok(load(client, "eosy", tmp_path / "eosy"))
     try:
         reply = call(
             client,

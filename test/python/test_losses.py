@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from posttrain_worker.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
 from posttrain_worker.models import make_tiny_model
 from posttrain_worker.objectives import (
     LossBatch,
@@ -28,7 +29,6 @@ from posttrain_worker.objectives import (
     needs_ref_log_probs,
     parse_loss_config,
 )
-from posttrain_worker.protocol.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
 
 F64 = torch.float64
 

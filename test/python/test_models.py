@@ -5,36 +5,20 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-import zmq
-from posttrain_worker.models import make_tiny_model
 from transformers import T5Config, T5ForConditionalGeneration
-from worker_harness import Client, Worker, error, ok, start_worker, stop_worker
+from worker_harness import Client, error, load, ok
+
+TINY_SEED = 1  # conftest's tiny_dir weights
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=1)
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    context = zmq.Context()
-    worker: Worker = start_worker()
-    c = Client(context, worker.endpoint)
-    yield c
-    c.close()
-    stop_worker(worker)
-    context.destroy(linger=0)
-
-
-def load(client: Client, name: str, path: object, **extra: object) -> dict[str, object]:
-    """The reply envelope of load_model."""
-    return client.call("load_model", {"name": name, "path": str(path), **extra}, timeout=60)[0]
+def client(bare_client: Client) -> Client:
+    """This module loads and unloads models itself: a worker with none loaded."""
+    return bare_client
 
 
 def test_load_reports_the_model_and_list_and_unload_follow(client: Client, tiny_dir: Path) -> None:

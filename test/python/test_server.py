@@ -1,10 +1,13 @@
 """The worker server end to end: a real ``python -m posttrain_worker`` subprocess, a raw pyzmq DEALER.
 
-One worker serves most tests (module fixture); lifecycle tests (shutdown, stdin EOF, signals) start their own.
+One worker serves most tests (module fixture, with the test extension ``row_sums`` / ``compute_for``);
+lifecycle tests (shutdown, stdin EOF, signals) start their own. The CLI's ``--extension`` and
+``--describe-methods`` are tested at the end.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,12 +18,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import zmq
-from posttrain_worker import PROTOCOL_VERSION
+from posttrain_worker import PROTOCOL_VERSION, cli
 from posttrain_worker.codec import (
     HistoryColumn,
     Ragged,
@@ -29,8 +33,10 @@ from posttrain_worker.codec import (
     encode_batch,
     tensor_to_bytes,
 )
+from posttrain_worker.methods import default_registry
+from posttrain_worker.protocol.args import Arg, ArgsSchema
 from posttrain_worker.server import MethodRegistry, ServerConfig, WorkerServer
-from worker_harness import READY_RE, Client, Worker, error, ok, start_worker, stop_worker
+from worker_harness import DIAGNOSTICS, READY_RE, Client, Worker, error, ok, start_worker, stop_worker
 
 MAX_PAYLOAD = 256 * 1024
 
@@ -44,7 +50,7 @@ def zctx() -> Iterator[zmq.Context]:
 
 @pytest.fixture(scope="module")
 def worker(zctx: zmq.Context) -> Iterator[Worker]:
-    w = start_worker(None, "--max-payload-bytes", str(MAX_PAYLOAD))
+    w = start_worker(None, "--max-payload-bytes", str(MAX_PAYLOAD), extensions=[DIAGNOSTICS])
     yield w
     client = Client(zctx, w.endpoint)
     try:
@@ -123,14 +129,8 @@ def test_handshake_and_info(client: Client, worker: Worker) -> None:
     for key in ("workerVersion", "python", "numpy", "pyarrow", "zmq"):
         assert isinstance(info[key], str) and info[key], key
     assert info["devices"][0]["type"] == "cpu"
-    assert set(info["capabilities"]["methods"]) >= {
-        "handshake",
-        "info",
-        "ping",
-        "echo",
-        "row_sums",
-        "shutdown",
-    }
+    # every registered method, the extension's after the defaults
+    assert info["capabilities"]["methods"] == [*default_registry().names, "row_sums", "compute_for"]
     assert "transformers" in info["capabilities"]["backends"]
     again = ok(client.call("info")[0])
     assert again == info
@@ -564,7 +564,7 @@ def test_internal_error_has_type_and_traceback(zctx: zmq.Context) -> None:
 
 
 def test_shutdown_exits_zero_and_removes_socket(zctx: zmq.Context) -> None:
-    w = start_worker()
+    w = start_worker(extensions=[DIAGNOSTICS])
     try:
         c = Client(zctx, w.endpoint)
         queued = c.request("compute_for", {"seconds": 0.5})
@@ -597,7 +597,7 @@ def test_stdin_eof_exits(zctx: zmq.Context) -> None:
 
 
 def test_sigterm_exits_cleanly_while_computing(zctx: zmq.Context) -> None:
-    w = start_worker()
+    w = start_worker(extensions=[DIAGNOSTICS])
     try:
         c = Client(zctx, w.endpoint)
         c.request("compute_for", {"seconds": 30})
@@ -635,3 +635,146 @@ def test_bad_endpoint_fails_fast() -> None:
     assert proc.returncode == 2
     assert proc.stdout == b""
     assert b"does not exist" in proc.stderr
+
+
+# ---- extensions and --describe-methods -----------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "posttrain_worker", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_test_methods_need_the_extension(bare_client: Client) -> None:
+    for method in ("row_sums", "compute_for"):
+        reply, _ = bare_client.call(method)
+        assert "unknown method" in error(reply, "UNKNOWN_METHOD")
+        assert method not in reply["error"]["details"]["known"]
+    assert "row_sums" not in ok(bare_client.call("info")[0])["capabilities"]["methods"]
+
+
+def describe_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``main(["--describe-methods", *args])`` in this process: its exit code, stdout and stderr."""
+    try:
+        code = cli.main(["--describe-methods", *args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (None, "no such file"),
+        ("import nonexistent_module_xyz\n", "import failed: ModuleNotFoundError"),
+        ("def register(:\n", "import failed: SyntaxError"),
+        ("REGISTER = 1\n", "defines no register(registry) function"),
+        ("def register(registry):\n    raise RuntimeError()\n", "register(registry) failed: RuntimeError"),
+        (
+            "def register(registry):\n    registry.add('ping', lambda c, a: {}, thread='io')\n",
+            "method 'ping' is already registered",
+        ),
+    ],
+)
+def test_bad_extension_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, source: str | None, reason: str
+) -> None:
+    path = tmp_path / "ext.py"
+    if source is not None:
+        path.write_text(source)
+    code, out, err = describe_in_process(capsys, "--extension", str(DIAGNOSTICS), "--extension", str(path))
+    assert code == 2 and out == ""
+    assert f"--extension {str(path)!r}: {reason}" in err, err
+
+
+def test_worker_with_a_bad_extension_does_not_start(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.py"
+    proc = run_cli("--endpoint", f"ipc://{tmp_path}/w.sock", "--extension", str(missing))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"--extension {str(missing)!r}: no such file" in proc.stderr
+    assert not (tmp_path / "w.sock").exists()
+
+
+def test_endpoint_is_required_unless_describing() -> None:
+    proc = run_cli("--worker-id", "1")
+    assert proc.returncode == 2
+    assert "the following arguments are required: --endpoint" in proc.stderr
+
+
+def test_describe_methods_lists_every_method_with_its_args() -> None:
+    proc = run_cli("--describe-methods")
+    assert proc.returncode == 0, proc.stderr
+    described = json.loads(proc.stdout)
+    assert described == default_registry().describe()
+    methods = described["methods"]
+    assert list(methods) == sorted(default_registry().names)
+    assert "row_sums" not in methods and "compute_for" not in methods
+    assert methods["ping"] == {"thread": "io", "payloads": [], "args": {}}
+    assert methods["echo"]["payloads"] == "any"
+    assert methods["generate"]["payloads"] == ["tensordict"]
+    load = methods["load_model"]
+    assert load["thread"] == "compute"
+    assert load["args"]["name"] == {"type": "string", "required": True, "nullable": False}
+    assert load["args"]["path"] == {"type": "string", "required": True, "nullable": False}
+    assert load["args"]["dtype"] == {"type": "choice", "required": False, "nullable": False}
+    assert load["args"]["maxModelLen"] == {"type": "integer", "required": False, "nullable": True}
+    assert set(load["args"]) == {
+        "name",
+        "path",
+        "dtype",
+        "device",
+        "replace",
+        "backend",
+        "gpuMemoryUtilization",
+        "maxModelLen",
+        "enablePrefixCaching",
+        "enforceEager",
+    }
+    create = methods["trainer_create"]["args"]
+    assert create["loss"] == {"type": "object", "required": True, "nullable": False}
+    assert create["gradClip"] == {"type": "number", "required": False, "nullable": True}
+    assert methods["save_checkpoint"]["args"]["dataPosition"]["type"] == "json"
+
+
+def test_describe_methods_with_the_extension(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = describe_in_process(capsys, "--extension", str(DIAGNOSTICS))
+    assert code == 0, err
+    methods = json.loads(out)["methods"]
+    assert set(methods) == {*default_registry().names, "row_sums", "compute_for"}
+    assert methods["row_sums"] == {"thread": "compute", "payloads": ["tensordict"], "args": {}}
+    assert methods["compute_for"] == {
+        "thread": "compute",
+        "payloads": [],
+        "args": {"seconds": {"type": "number", "required": True, "nullable": False}},
+    }
+
+
+def test_registry_describe_in_process() -> None:
+    registry = MethodRegistry()
+    schema = ArgsSchema((Arg("b", "integer", default=None, nullable=True), Arg("a", "strings")))
+    registry.add("zeta", lambda _c, _a: {}, thread="io", args=schema, payloads="any")
+    registry.add("alpha", lambda _c, _a: {}, thread="compute", payloads=("tensor", "bytes"))
+    assert registry.names == ["zeta", "alpha"]  # registration order: the handshake's list
+    described = registry.describe()
+    assert json.loads(json.dumps(described)) == described
+    assert described == {
+        "methods": {
+            "alpha": {"thread": "compute", "payloads": ["tensor", "bytes"], "args": {}},
+            "zeta": {
+                "thread": "io",
+                "payloads": "any",
+                "args": {
+                    "a": {"type": "strings", "required": True, "nullable": False},
+                    "b": {"type": "integer", "required": False, "nullable": True},
+                },
+            },
+        }
+    }
+    assert list(described["methods"]) == ["alpha", "zeta"]
+    assert list(described["methods"]["zeta"]["args"]) == ["a", "b"]

@@ -4,18 +4,16 @@ update; and the sharing really happens on the grouped order."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from posttrain_worker.codec import Ragged, TensorBatch
-from posttrain_worker.models import make_tiny_model
 from posttrain_worker.training.batch import Needs, read_train_batch
 from posttrain_worker.training.shared_prefix import find_groups
-from training_harness import call, create, ragged, rows_of, step, weights
-from worker_harness import Client, ok, policy_client
+from training_harness import create, step, weights
+from worker_harness import Client, call, load, ok, ragged, rows_of
 
 PROMPTS = ["Hello world", "The quick brown fox", "2+2="]
 SAMPLES = 4
@@ -24,17 +22,6 @@ LOSSES: list[dict[str, Any]] = [
     {"type": "grpo", "aggregation": "prompt_mean", "entropyCoeff": 0.05},
     {"type": "gspo"},
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
-
-
-@pytest.fixture(scope="module")
-def client(tiny_dir: Path) -> Iterator[Client]:
-    with policy_client(tiny_dir) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +80,7 @@ def test_shared_prompts_give_the_loss_metrics_and_update_of_separate_ones(
     """Two identical models, SGD with lr 1 (the weights move by exactly minus the gradient): one trained on
     the grouped rows (prompts shared), one on the same rows split apart (every row runs its own prompt)."""
     for name in ("shared", "separate"):
-        ok(client.call("load_model", {"name": name, "path": str(tiny_dir), "replace": True}, timeout=60)[0])
+        ok(load(client, name, tiny_dir, replace=True))
         create(client, name, loss=loss, optimizer={"type": "sgd", "lr": 1.0}, gradClip=None)
     before = weights(client, "shared")
     a = ok(step(client, grouped, "shared"))

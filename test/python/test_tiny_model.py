@@ -26,11 +26,6 @@ ASSISTANT_HEADER = "<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture(scope="module")
 def tok(tiny_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(tiny_dir)
 

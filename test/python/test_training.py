@@ -4,7 +4,6 @@ token-level advantages, optimizers, and learning-rate schedules against transfor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,9 @@ import torch
 from posttrain_worker.codec import TensorBatch
 from posttrain_worker.models import make_tiny_model
 from posttrain_worker.training.lora import peft_available
-from training_harness import call, create, ragged, rollout, rows_of, step, weights
+from training_harness import create, replaced, rollout, step, weights
 from transformers import get_cosine_with_min_lr_schedule_with_warmup, get_linear_schedule_with_warmup
-from worker_harness import Client, ok, policy_client
+from worker_harness import Client, call, load, ok, ragged, rows_of
 
 METRICS = (
     "loss",
@@ -30,24 +29,9 @@ METRICS = (
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
-
-
-@pytest.fixture(scope="module")
 def other_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Same architecture and tokenizer, other weights (a reference model that differs from the policy)."""
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "other", seed=5)
-
-
-@pytest.fixture(scope="module")
-def client(tiny_dir: Path) -> Iterator[Client]:
-    with policy_client(tiny_dir) as c:
-        yield c
-
-
-def load(client: Client, name: str, path: Path) -> None:
-    ok(client.call("load_model", {"name": name, "path": str(path), "replace": True}, timeout=60)[0])
 
 
 def scored(client: Client, model: str, batch: TensorBatch) -> Any:
@@ -59,20 +43,11 @@ def scored(client: Client, model: str, batch: TensorBatch) -> Any:
     return reply["batch"].columns["log_probs"]["full"]
 
 
-def with_column(batch: TensorBatch, key: tuple[str, ...], value: Any) -> TensorBatch:
-    columns: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in batch.columns.items()}
-    node = columns
-    for part in key[:-1]:
-        node = node.setdefault(part, {})
-    node[key[-1]] = value
-    return TensorBatch(batch.batch_size, columns)
-
-
 # ---- one step ------------------------------------------------------------------------------------------
 
 
 def test_a_step_reports_torchrl_metrics_and_moves_the_weights(client: Client, tiny_dir: Path) -> None:
-    load(client, "policy", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
     created = create(client)
     assert created["step"] == 0 and created["trainableParameters"] > 0
     assert created["needs"] == {"oldLogProbs": True, "refLogProbs": False, "advantages": True}
@@ -96,10 +71,10 @@ def test_a_step_reports_torchrl_metrics_and_moves_the_weights(client: Client, ti
 def test_training_log_probs_equal_scoring_bit_for_bit(client: Client, tiny_dir: Path) -> None:
     """With the behaviour log-probs taken from ``score``, the log-ratio is exactly 0 in eval mode without
     gradient (compute_loss) and in train mode with gradient (train_step): KL 0, nothing clipped, ESS 1."""
-    load(client, "policy", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
     create(client, optimizer={"type": "sgd", "lr": 0.1})
     batch = rollout(client, seed=2)
-    batch = with_column(batch, ("log_probs", "full"), scored(client, "policy", batch))
+    batch = replaced(batch, ("log_probs", "full"), scored(client, "policy", batch))
     for method in ("compute_loss", "train_step"):
         metrics = ok(step(client, batch, method=method))["metrics"]
         assert metrics["kl_approx"] == 0.0 and metrics["clip_fraction"] == 0.0 and metrics["ESS"] == 1.0, (
@@ -108,7 +83,7 @@ def test_training_log_probs_equal_scoring_bit_for_bit(client: Client, tiny_dir: 
 
 
 def test_compute_loss_has_no_gradient_and_no_step(client: Client, tiny_dir: Path) -> None:
-    load(client, "policy", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
     create(client)
     before = weights(client, "policy")
     batch = rollout(client, seed=3)
@@ -132,9 +107,9 @@ def test_micro_batches_give_the_full_batch_loss_and_gradient(
 ) -> None:
     """Two identical models, one trained on the whole batch and one in micro-batches of at most 40 padded
     tokens, SGD with lr 1 (so the weights move by exactly the gradient): same loss, metrics and weights."""
-    load(client, "full", tiny_dir)
-    load(client, "micro", tiny_dir)
-    load(client, "ref", other_dir)
+    ok(load(client, "full", tiny_dir, replace=True))
+    ok(load(client, "micro", tiny_dir, replace=True))
+    ok(load(client, "ref", other_dir, replace=True))
     sgd = {"type": "sgd", "lr": 1.0}
     create(client, "full", loss=loss, optimizer=sgd, gradClip=None, refModel="ref")
     create(client, "micro", loss=loss, optimizer=sgd, gradClip=None, refModel="ref", microBatchTokens=40)
@@ -163,9 +138,9 @@ def test_grad_clip_reports_the_norm_before_clipping_and_scales_the_update(
     clipping and one with ``gradClip`` a quarter of the gradient's norm: both report the norm before clipping
     (above ``gradClip``), the same loss, and the clipped update is the unclipped one times
     ``gradClip / grad_norm`` (so its norm is ``gradClip``)."""
-    load(client, "policy", tiny_dir)
-    load(client, "free", tiny_dir)
-    load(client, "clipped", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
+    ok(load(client, "free", tiny_dir, replace=True))
+    ok(load(client, "clipped", tiny_dir, replace=True))
     sgd = {"type": "sgd", "lr": 1.0}
     batch = rollout(client, seed=12, tokens=12)
     base = weights(client, "free")
@@ -196,21 +171,21 @@ def test_grad_clip_reports_the_norm_before_clipping_and_scales_the_update(
 def test_reference_model_in_the_worker_equals_sent_ref_log_probs(
     client: Client, tiny_dir: Path, other_dir: Path
 ) -> None:
-    load(client, "policy", tiny_dir)
-    load(client, "ref", other_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
+    ok(load(client, "ref", other_dir, replace=True))
     loss = {"type": "grpo", "klToRefCoeff": 0.5}
     created = create(client, loss=loss, refModel="ref")
     assert created["needs"]["refLogProbs"] is False and created["refModel"] == "ref"
     batch = rollout(client, seed=5)
     in_worker = ok(step(client, batch, method="compute_loss"))["metrics"]
-    sent = with_column(batch, ("ref_log_probs", "full"), scored(client, "ref", batch))
+    sent = replaced(batch, ("ref_log_probs", "full"), scored(client, "ref", batch))
     create(client, loss=loss)  # no reference model: the batch must carry the log-probs
     from_payload = ok(step(client, sent, method="compute_loss"))["metrics"]
     assert in_worker == from_payload and in_worker["loss_kl_to_ref"] > 0
 
 
 def test_clone_model_makes_a_frozen_reference_copy(client: Client, tiny_dir: Path) -> None:
-    load(client, "policy", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
     info = ok(client.call("clone_model", {"source": "policy", "name": "frozen", "replace": True})[0])
     assert info["name"] == "frozen"
     create(client, loss={"type": "grpo", "klToRefCoeff": 1.0}, refModel="frozen")
@@ -229,7 +204,7 @@ def test_clone_model_makes_a_frozen_reference_copy(client: Client, tiny_dir: Pat
 def test_token_level_advantages_and_a_mask_from_the_prompt(client: Client, tiny_dir: Path) -> None:
     """Per-token advantages equal to the sequence's value give the sequence-level loss; without the
     assistant mask, the tokens after ("tokens", "prompt") are trained on."""
-    load(client, "policy", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
     create(client)
     batch = rollout(client, seed=7)
     columns: Any = batch.columns
@@ -239,7 +214,7 @@ def test_token_level_advantages_and_a_mask_from_the_prompt(client: Client, tiny_
         torch.float32,
     )
     no_mask = TensorBatch(batch.batch_size, {k: v for k, v in columns.items() if k != "masks"})
-    token_level = with_column(no_mask, ("advantage",), per_token)
+    token_level = replaced(no_mask, ("advantage",), per_token)
     expected = ok(step(client, batch, method="compute_loss"))["metrics"]
     assert ok(step(client, no_mask, method="compute_loss"))["metrics"] == expected
     got = ok(step(client, token_level, method="compute_loss"))["metrics"]
@@ -261,7 +236,7 @@ def test_token_level_advantages_and_a_mask_from_the_prompt(client: Client, tiny_
 def test_each_optimizer_steps_and_reports_its_config(
     client: Client, tiny_dir: Path, optimizer: dict[str, Any]
 ) -> None:
-    load(client, "policy", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
     state = create(client, optimizer=optimizer)
     for key, value in optimizer.items():
         assert state["optimizer"][key] == value
@@ -287,7 +262,7 @@ def _expected_lrs(kind: str, lr: float, warmup: int, total: int, min_ratio: floa
 
 @pytest.mark.parametrize("kind,min_ratio", [("linear", 0.0), ("cosine", 0.1)])
 def test_schedules_follow_transformers(client: Client, tiny_dir: Path, kind: str, min_ratio: float) -> None:
-    load(client, "policy", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
     schedule: dict[str, Any] = {"type": kind, "warmupSteps": 2, "totalSteps": 6}
     if kind == "cosine":
         schedule["minLrRatio"] = min_ratio
@@ -301,7 +276,7 @@ def test_schedules_follow_transformers(client: Client, tiny_dir: Path, kind: str
 
 def test_bf16_autocast_is_a_no_op_on_cpu(client: Client, tiny_dir: Path) -> None:
     """autocast "bfloat16" only acts on CUDA: on this CPU worker the loss is the float32 one, bit for bit."""
-    load(client, "policy", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
     batch = rollout(client, seed=10)
     create(client)
     plain = ok(step(client, batch, method="compute_loss"))["metrics"]
@@ -312,7 +287,7 @@ def test_bf16_autocast_is_a_no_op_on_cpu(client: Client, tiny_dir: Path) -> None
 
 @pytest.mark.skipif(not peft_available(), reason="peft is not installed (extra: lora)")
 def test_lora_trains_only_the_adapters(client: Client, tiny_dir: Path) -> None:
-    load(client, "policy", tiny_dir)
+    ok(load(client, "policy", tiny_dir, replace=True))
     full = create(client)["trainableParameters"]
     created = create(client, lora={"r": 4, "targetModules": ["q_proj", "v_proj"]})
     assert 0 < created["trainableParameters"] < full / 4, (created["trainableParameters"], full)

@@ -13,14 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
-import zmq
 from posttrain_worker.codec import TensorBatch
-from posttrain_worker.models import make_tiny_model
 from posttrain_worker.training.checkpoint import TEST_ONLY_SLEEP_ENV
 from training_harness import create, rollout, step, weights
-from worker_harness import Client, error, ok, start_worker, stop_worker
+from worker_harness import Client, Worker, error, load, ok, worker_client
 
 CONFIG: dict[str, Any] = {
     "optimizer": {"type": "adamw", "lr": 3e-3, "weightDecay": 0.05},
@@ -30,35 +27,13 @@ CONFIG: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
-
-
 @contextmanager
-def worker_with(tiny_dir: Path, env: dict[str, str] | None = None) -> Iterator[tuple[Client, Any]]:
+def worker_with(tiny_dir: Path, env: dict[str, str] | None = None) -> Iterator[tuple[Client, Worker]]:
     """A fresh worker with "policy" and a frozen "ref" copy loaded, and its trainer."""
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
-    try:
-        worker = start_worker()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    context = zmq.Context()
-    client = Client(context, worker.endpoint)
-    try:
-        ok(client.call("load_model", {"name": "policy", "path": str(tiny_dir)}, timeout=60)[0])
+    with worker_client({"policy": tiny_dir}, env=env) as (client, worker):
         ok(client.call("clone_model", {"source": "policy", "name": "ref"})[0])
         create(client, **CONFIG)
         yield client, worker
-    finally:
-        client.close()
-        stop_worker(worker)
-        context.destroy(linger=0)
 
 
 def save(client: Client, directory: Path, position: Any = None, timeout: float = 60) -> dict[str, Any]:
@@ -100,7 +75,7 @@ def test_resuming_reproduces_the_next_steps_exactly(tiny_dir: Path, tmp_path: Pa
         got = weights(client, "policy")
         assert all(torch.equal(final[k], got[k]) for k in final)
         # the checkpoint directory is a Hugging Face model: load_model takes it as it is
-        ok(client.call("load_model", {"name": "saved", "path": str(directory)}, timeout=60)[0])
+        ok(load(client, "saved", directory))
         loaded = weights(client, "saved")
         assert all(torch.equal(at_save[k], loaded[k]) for k in at_save)
 
@@ -141,22 +116,22 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint(tiny_dir: Path, tmp
 def test_checkpoint_errors(tiny_dir: Path, tmp_path: Path) -> None:
     with worker_with(tiny_dir) as (client, _):
 
-        def load(path: Path, code: str) -> str:
+        def load_checkpoint(path: Path, code: str) -> str:
             return error(client.call("load_checkpoint", {"model": "policy", "dir": str(path)})[0], code)
 
-        assert "no checkpoint directory" in load(tmp_path / "nothing", "CHECKPOINT_NOT_FOUND")
+        assert "no checkpoint directory" in load_checkpoint(tmp_path / "nothing", "CHECKPOINT_NOT_FOUND")
         (tmp_path / "junk").mkdir()
         (tmp_path / "junk" / "notes.txt").write_text("mine")
-        assert "missing trainer_state.json" in load(tmp_path / "junk", "CHECKPOINT_INVALID")
+        assert "missing trainer_state.json" in load_checkpoint(tmp_path / "junk", "CHECKPOINT_INVALID")
         args = {"model": "policy", "dir": str(tmp_path / "junk")}
         assert "refusing to replace" in error(client.call("save_checkpoint", args)[0], "BAD_ARGUMENTS")
         assert (tmp_path / "junk" / "notes.txt").read_text() == "mine"
         save(client, tmp_path / "ckpt")
         save(client, tmp_path / "ckpt")  # replacing a checkpoint is fine
         create(client, **{**CONFIG, "optimizer": {"type": "sgd", "lr": 0.1}})
-        assert "optimizer is 'adamw'" in load(tmp_path / "ckpt", "CHECKPOINT_INVALID")
+        assert "optimizer is 'adamw'" in load_checkpoint(tmp_path / "ckpt", "CHECKPOINT_INVALID")
         (tmp_path / "ckpt" / "optimizer.pt").unlink()
         create(client, **CONFIG)
-        assert "missing optimizer.pt" in load(tmp_path / "ckpt", "CHECKPOINT_INVALID")
+        assert "missing optimizer.pt" in load_checkpoint(tmp_path / "ckpt", "CHECKPOINT_INVALID")
         error(client.call("save_checkpoint", {"model": "policy"})[0], "BAD_ARGUMENTS")
         assert ok(client.call("trainer_state", {"model": "policy"})[0])["step"] == 0

@@ -4,32 +4,25 @@ applied, and the worker keeps serving. Plus the gradient check before the optimi
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from posttrain_worker.codec import TensorBatch
-from posttrain_worker.models import make_tiny_model
+from posttrain_worker.errors import WorkerFailure
 from posttrain_worker.models.store import ModelStore
-from posttrain_worker.protocol.errors import WorkerFailure
 from posttrain_worker.training.batch import read_train_batch
 from posttrain_worker.training.lora import peft_available
-from training_harness import GRPO, create, ragged, rollout, rows_of, step, weights
-from worker_harness import Client, error, ok, policy_client
+from training_harness import GRPO, create, replaced, rollout, step, weights, without
+from worker_harness import Client, error, load, ok, ragged, rows_of
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
-
-
-@pytest.fixture(scope="module")
-def client(tiny_dir: Path) -> Iterator[Client]:
-    with policy_client(tiny_dir) as c:
-        create(c)
-        yield c
+def client(client: Client) -> Client:
+    """conftest's policy worker, with a trainer created on it."""
+    create(client)
+    return client
 
 
 @pytest.fixture(scope="module")
@@ -46,25 +39,6 @@ def still_serves(client: Client, batch: TensorBatch) -> None:
 def trainer_error(client: Client, code: str, **args: Any) -> str:
     full = {"model": "policy", "loss": GRPO, "replace": True, **args}
     return error(client.call("trainer_create", full)[0], code)
-
-
-def without(batch: TensorBatch, *keys: tuple[str, ...]) -> TensorBatch:
-    columns: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in batch.columns.items()}
-    for key in keys:
-        node = columns
-        for part in key[:-1]:
-            node = node[part]
-        del node[key[-1]]
-    return TensorBatch(batch.batch_size, {k: v for k, v in columns.items() if v != {}})
-
-
-def replaced(batch: TensorBatch, key: tuple[str, ...], value: Any) -> TensorBatch:
-    columns: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in batch.columns.items()}
-    node = columns
-    for part in key[:-1]:
-        node = node.setdefault(part, {})
-    node[key[-1]] = value
-    return TensorBatch(batch.batch_size, columns)
 
 
 # ---- the batch -----------------------------------------------------------------------------------------
@@ -201,7 +175,7 @@ def test_nan_weights_are_non_finite_loss_not_a_bad_payload(
     name = next(k for k in tensors if k.endswith("norm.weight"))
     tensors[name] = torch.full_like(tensors[name], float("nan"))
     save_file(tensors, str(weights_file), metadata={"format": "pt"})
-    ok(client.call("load_model", {"name": "nan", "path": str(broken), "replace": True}, timeout=60)[0])
+    ok(load(client, "nan", broken, replace=True))
     create(client, model="nan")
     before = weights(client, "nan")
     reply = step(client, batch, model="nan")
@@ -216,14 +190,13 @@ def test_nan_weights_are_non_finite_loss_not_a_bad_payload(
 def test_non_finite_gradients_stop_the_optimizer_in_process(tiny_dir: Path, batch: TensorBatch) -> None:
     """A gradient hook turns one gradient into inf: the step fails with NON_FINITE_GRADIENT before the
     optimizer runs, and the parameters are unchanged (the trainer in this process, the same code)."""
-    from posttrain_worker.methods.training import Trainers, parse_create
+    from posttrain_worker.methods.training import CREATE_ARGS, Trainers
 
     store = ModelStore()
     store.load("policy", str(tiny_dir), "float32", torch.device("cpu"))
     trainers = Trainers(store)
-    trainer = trainers.create(
-        "trainer_create", parse_create("trainer_create", {"model": "policy", "loss": GRPO})
-    )
+    args = CREATE_ARGS.parse("trainer_create", {"model": "policy", "loss": GRPO})
+    trainer = trainers.create("trainer_create", args)
     needs = trainer.needs()
     train_batch = read_train_batch("train_step", batch, needs, vocab_size=259, max_positions=512)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
@@ -284,7 +257,7 @@ def test_trainer_lookups(client: Client, batch: TensorBatch, tiny_dir: Path) -> 
     assert "already bound" in error(client.call("trainer_create", full)[0], "TRAINER_EXISTS")
     assert "itself" in trainer_error(client, "BAD_ARGUMENTS", refModel="policy")
     trainer_error(client, "MODEL_NOT_LOADED", refModel="nothing")
-    ok(client.call("load_model", {"name": "temp", "path": str(tiny_dir)}, timeout=60)[0])
+    ok(load(client, "temp", tiny_dir))
     create(client, "temp")
     ok(client.call("unload_model", {"name": "temp"})[0])
     error(step(client, batch, model="temp"), "TRAINER_NOT_FOUND")

@@ -12,18 +12,12 @@ from typing import Any
 
 import pytest
 import torch
-import zmq
 from posttrain_worker.codec import TensorBatch
 from posttrain_worker.models import make_tiny_model
-from training_harness import call, create, ragged, rollout, step, weights
-from worker_harness import Client, error, ok, start_worker, stop_worker
+from training_harness import create, rollout, step, weights
+from worker_harness import Client, call, error, load, ok, ragged, worker_client
 
 FIXED = ["The quick brown fox jumps over the lazy dog", "2+2=4"]
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -35,19 +29,11 @@ def small_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def pair(tiny_dir: Path) -> Iterator[tuple[Client, Client]]:
     """Two workers: a trainer ("policy") and a generator ("generator"), both from the tiny model."""
-    context = zmq.Context()
-    workers = [start_worker(), start_worker()]
-    clients = [Client(context, w.endpoint) for w in workers]
-    try:
-        ok(clients[0].call("load_model", {"name": "policy", "path": str(tiny_dir)}, timeout=60)[0])
-        ok(clients[1].call("load_model", {"name": "generator", "path": str(tiny_dir)}, timeout=60)[0])
-        yield clients[0], clients[1]
-    finally:
-        for c in clients:
-            c.close()
-        for w in workers:
-            stop_worker(w)
-        context.destroy(linger=0)
+    with (
+        worker_client({"policy": tiny_dir}) as (trainer, _),
+        worker_client({"generator": tiny_dir}) as (generator, _),
+    ):
+        yield trainer, generator
 
 
 def log_probs(client: Client, model: str) -> torch.Tensor:
@@ -79,7 +65,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def test_colocated_generator_shares_parameters(pair: tuple[Client, Client], tiny_dir: Path) -> None:
     trainer, _ = pair
-    ok(trainer.call("load_model", {"name": "policy", "path": str(tiny_dir), "replace": True}, timeout=60)[0])
+    ok(load(trainer, "policy", tiny_dir, replace=True))
     info = ok(
         trainer.call("clone_model", {"source": "policy", "name": "colocated", "shareParameters": True})[0]
     )
@@ -94,7 +80,7 @@ def test_colocated_generator_shares_parameters(pair: tuple[Client, Client], tiny
 
 def test_copy_within_one_worker(pair: tuple[Client, Client], tiny_dir: Path) -> None:
     trainer, _ = pair
-    ok(trainer.call("load_model", {"name": "policy", "path": str(tiny_dir), "replace": True}, timeout=60)[0])
+    ok(load(trainer, "policy", tiny_dir, replace=True))
     ok(trainer.call("clone_model", {"source": "policy", "name": "copy", "replace": True})[0])
     train(trainer)
     assert max_diff(log_probs(trainer, "copy"), log_probs(trainer, "policy")) > 1e-4
@@ -125,12 +111,8 @@ def transfer(trainer: Client, generator: Client, *targets: str, **options: Any) 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
 def test_zmq_transfer_between_workers(pair: tuple[Client, Client], tiny_dir: Path, transport: str) -> None:
     trainer, generator = pair
-    ok(trainer.call("load_model", {"name": "policy", "path": str(tiny_dir), "replace": True}, timeout=60)[0])
-    ok(
-        generator.call(
-            "load_model", {"name": "generator", "path": str(tiny_dir), "replace": True}, timeout=60
-        )[0]
-    )
+    ok(load(trainer, "policy", tiny_dir, replace=True))
+    ok(load(generator, "generator", tiny_dir, replace=True))
     for expected in (1, 2):
         train(trainer, steps=1)
         before = log_probs(generator, "generator")
@@ -145,13 +127,9 @@ def test_zmq_transfer_between_workers(pair: tuple[Client, Client], tiny_dir: Pat
 
 def test_zmq_transfer_to_two_receivers_with_one_version(pair: tuple[Client, Client], tiny_dir: Path) -> None:
     trainer, generator = pair
-    ok(trainer.call("load_model", {"name": "policy", "path": str(tiny_dir), "replace": True}, timeout=60)[0])
+    ok(load(trainer, "policy", tiny_dir, replace=True))
     for name in ("first", "second"):
-        ok(
-            generator.call("load_model", {"name": name, "path": str(tiny_dir), "replace": True}, timeout=60)[
-                0
-            ]
-        )
+        ok(load(generator, name, tiny_dir, replace=True))
     train(trainer, steps=1)
     sent, replies = transfer(trainer, generator, "first", "second")
     assert ok(sent)["receivers"] == 2 and [ok(r)["policyVersion"] for r in replies] == [1, 1]
@@ -162,11 +140,7 @@ def test_zmq_transfer_to_two_receivers_with_one_version(pair: tuple[Client, Clie
 
 def test_zmq_transfer_rejects_weights_that_do_not_fit(pair: tuple[Client, Client], small_dir: Path) -> None:
     trainer, generator = pair
-    ok(
-        generator.call("load_model", {"name": "small", "path": str(small_dir), "replace": True}, timeout=60)[
-            0
-        ]
-    )
+    ok(load(generator, "small", small_dir, replace=True))
     before = weights(generator, "small")
     sent, (received,) = transfer(trainer, generator, "small")
     assert "shape" in error(received, "WEIGHT_SYNC_FAILED")
@@ -213,12 +187,8 @@ def both(
 
 def test_gloo_broadcast_between_workers(pair: tuple[Client, Client], tiny_dir: Path) -> None:
     trainer, generator = pair
-    ok(trainer.call("load_model", {"name": "policy", "path": str(tiny_dir), "replace": True}, timeout=60)[0])
-    ok(
-        generator.call(
-            "load_model", {"name": "generator", "path": str(tiny_dir), "replace": True}, timeout=60
-        )[0]
-    )
+    ok(load(trainer, "policy", tiny_dir, replace=True))
+    ok(load(generator, "generator", tiny_dir, replace=True))
     init = {
         "backend": "gloo",
         "initMethod": f"tcp://127.0.0.1:{free_port()}",

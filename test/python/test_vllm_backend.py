@@ -15,9 +15,9 @@ from typing import Any
 import fake_vllm
 import pytest
 import torch
-import zmq
 from fake_vllm import FakeCompletionOutput, FakeLogprob, FakeRequestOutput, FakeSamplingParams
-from posttrain_worker.codec import Ragged, TensorBatch, decode_batch, encode_batch
+from posttrain_worker.codec import Ragged, TensorBatch
+from posttrain_worker.errors import WorkerFailure
 from posttrain_worker.models import make_tiny_model
 from posttrain_worker.models.generation import GeneratedRow
 from posttrain_worker.models.generation import generate as hf_generate
@@ -33,21 +33,16 @@ from posttrain_worker.models.vllm_engine import (
 )
 from posttrain_worker.models.vllm_import import FAKE_ENV, import_vllm
 from posttrain_worker.models.vllm_worker import WORKER_EXTENSION
-from posttrain_worker.protocol.errors import WorkerFailure
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-from worker_harness import Client, error, ok, start_worker, stop_worker
+from worker_harness import Client, call, error, load, ok, worker_client
 
+TINY_SEED = 4  # conftest's tiny_dir weights
 FAKE_PATH = str(Path(fake_vllm.__file__).resolve())
 PROMPTS = ["Hello world", "xyz", "The quick brown fox"]
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
 
 
 # ---- fixtures ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=4)
 
 
 @pytest.fixture(scope="module")
@@ -342,27 +337,8 @@ def test_the_fake_hook_refuses_anything_but_the_fake(monkeypatch: pytest.MonkeyP
 def fake_client(tiny_dir: Path) -> Iterator[Client]:
     """A worker started with POSTTRAIN_FAKE_VLLM, the tiny model loaded as "hf" (transformers) and "fast"
     (vLLM backend, on the fake)."""
-    context = zmq.Context()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(FAKE_ENV, FAKE_PATH)
-        worker = start_worker()
-    client = Client(context, worker.endpoint)
-    try:
-        ok(client.call("load_model", {"name": "hf", "path": str(tiny_dir)}, timeout=60)[0])
+    with worker_client({"hf": tiny_dir}, env={FAKE_ENV: FAKE_PATH}) as (client, _):
         yield client
-    finally:
-        client.close()
-        stop_worker(worker)
-        context.destroy(linger=0)
-
-
-def call(client: Client, method: str, args: dict[str, Any], batch: TensorBatch) -> dict[str, Any]:
-    reply, frames = client.call(
-        method, args, payloads=[{"kind": "tensordict"}], frames=(encode_batch(batch),), timeout=60
-    )
-    if reply.get("ok") and frames:
-        reply["batch"] = decode_batch(frames[0])
-    return reply
 
 
 def structure(columns: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -386,11 +362,7 @@ def test_a_worker_serves_a_fake_vllm_model_with_the_transformers_payload(
 ) -> None:
     info = ok(fake_client.call("info")[0])
     assert "vllm" in info["capabilities"]["backends"]
-    fast = ok(
-        fake_client.call(
-            "load_model", {"name": "fast", "path": str(tiny_dir), "backend": "vllm"}, timeout=60
-        )[0]
-    )
+    fast = ok(load(fake_client, "fast", tiny_dir, backend="vllm"))
     hf = ok(fake_client.call("list_models")[0])["models"][0]
     assert (
         fast["backend"] == "vllm"
@@ -443,17 +415,17 @@ def test_a_worker_serves_a_fake_vllm_model_with_the_transformers_payload(
 
 
 def test_vllm_load_options_and_limits_through_the_worker(fake_client: Client, tiny_dir: Path) -> None:
-    def load(**extra: Any) -> dict[str, Any]:
-        return fake_client.call("load_model", {"name": "v", "path": str(tiny_dir), **extra}, timeout=60)[0]
+    def load_v(**extra: Any) -> dict[str, Any]:
+        return load(fake_client, "v", tiny_dir, **extra)
 
     assert "gpuMemoryUtilization" in error(
-        load(gpuMemoryUtilization=0.5), "BAD_ARGUMENTS"
+        load_v(gpuMemoryUtilization=0.5), "BAD_ARGUMENTS"
     )  # not for transformers
-    assert "gpuMemoryUtilization" in error(load(backend="vllm", gpuMemoryUtilization=1.5), "BAD_ARGUMENTS")
-    assert "maxModelLen" in error(load(backend="vllm", maxModelLen=0), "BAD_ARGUMENTS")
-    assert "device" in error(load(backend="vllm", device="cpu"), "BAD_ARGUMENTS")
-    assert "backend" in error(load(backend="tensorrt"), "BAD_ARGUMENTS")
-    info = ok(load(backend="vllm", maxModelLen=32, enforceEager=True, enablePrefixCaching=False))
+    assert "gpuMemoryUtilization" in error(load_v(backend="vllm", gpuMemoryUtilization=1.5), "BAD_ARGUMENTS")
+    assert "maxModelLen" in error(load_v(backend="vllm", maxModelLen=0), "BAD_ARGUMENTS")
+    assert "device" in error(load_v(backend="vllm", device="cpu"), "BAD_ARGUMENTS")
+    assert "backend" in error(load_v(backend="tensorrt"), "BAD_ARGUMENTS")
+    info = ok(load_v(backend="vllm", maxModelLen=32, enforceEager=True, enablePrefixCaching=False))
     assert info["maxPositionEmbeddings"] == 32
     long = TensorBatch((1,), {"text": {"prompt": ["a" * 40]}})
     message = error(call(fake_client, "generate", {"model": "v", "maxNewTokens": 4}, long), "BAD_ARGUMENTS")
@@ -466,7 +438,7 @@ def test_vllm_load_options_and_limits_through_the_worker(fake_client: Client, ti
         "BAD_ARGUMENTS",
     )
     assert "temperature" in message and "vllm" in message
-    replaced = ok(load(backend="vllm", replace=True))  # stops the old engine first
+    replaced = ok(load_v(backend="vllm", replace=True))  # stops the old engine first
     assert replaced["maxPositionEmbeddings"] == 512
     ok(fake_client.call("unload_model", {"name": "v"})[0])
     assert ok(fake_client.call("ping")[0]) == {}
@@ -477,21 +449,12 @@ def test_a_worker_without_vllm_answers_backend_unavailable(
     tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(FAKE_ENV, raising=False)
-    context = zmq.Context()
-    worker = start_worker()
-    client = Client(context, worker.endpoint)
-    try:
+    with worker_client() as (client, _):
         assert "vllm" not in ok(client.call("info")[0])["capabilities"]["backends"]
-        reply = client.call(
-            "load_model", {"name": "v", "path": str(tiny_dir), "backend": "vllm"}, timeout=60
-        )[0]
+        reply = load(client, "v", tiny_dir, backend="vllm")
         message = error(reply, "BACKEND_UNAVAILABLE")
         assert 'package "vllm"' in message
         assert ok(client.call("list_models")[0]) == {"models": []}
-    finally:
-        client.close()
-        stop_worker(worker)
-        context.destroy(linger=0)
 
 
 # ---- the real engine -----------------------------------------------------------------------------------

@@ -1,35 +1,15 @@
-"""Helpers shared by the training test modules: batches from real generation, payload calls, weights."""
+"""Helpers shared by the training test modules: batches from real generation, edited batches, weights."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from posttrain_worker.codec import Ragged, TensorBatch, decode_batch, encode_batch, tensor_from_bytes
-from worker_harness import Client, ok
+from posttrain_worker.codec import TensorBatch, tensor_from_bytes
+from worker_harness import Client, call, ok
 
 GRPO: dict[str, Any] = {"type": "grpo"}
 PROMPTS = ["Hello world", "a", "The quick brown fox", "2+2="]
-
-
-def ragged(rows: list[torch.Tensor], dtype: torch.dtype) -> Ragged:
-    offsets = torch.tensor([0, *torch.tensor([int(r.numel()) for r in rows]).cumsum(0).tolist()])
-    return Ragged(torch.cat([r.to(dtype) for r in rows]), offsets)
-
-
-def rows_of(column: Any) -> list[torch.Tensor]:
-    assert isinstance(column, Ragged)
-    return [column.row(i).clone() for i in range(column.rows)]
-
-
-def call(client: Client, method: str, args: dict[str, Any], batch: TensorBatch, timeout: float = 60) -> Any:
-    """The reply of a method taking one tensordict, with the decoded reply batch under ``"batch"``."""
-    reply, frames = client.call(
-        method, args, payloads=[{"kind": "tensordict"}], frames=(encode_batch(batch),), timeout=timeout
-    )
-    if reply.get("ok") and frames:
-        reply["batch"] = decode_batch(frames[0])
-    return reply
 
 
 def rollout(
@@ -75,3 +55,24 @@ def create(client: Client, model: str = "policy", **args: Any) -> dict[str, Any]
 def step(client: Client, batch: TensorBatch, model: str = "policy", method: str = "train_step") -> Any:
     """The reply envelope of ``train_step`` (or ``compute_loss``)."""
     return call(client, method, {"model": model}, batch)
+
+
+def without(batch: TensorBatch, *keys: tuple[str, ...]) -> TensorBatch:
+    """``batch`` without the leaves at ``keys`` (and the nested tensordicts left empty)."""
+    columns: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in batch.columns.items()}
+    for key in keys:
+        node = columns
+        for part in key[:-1]:
+            node = node[part]
+        del node[key[-1]]
+    return TensorBatch(batch.batch_size, {k: v for k, v in columns.items() if v != {}})
+
+
+def replaced(batch: TensorBatch, key: tuple[str, ...], value: Any) -> TensorBatch:
+    """``batch`` with the leaf at ``key`` set to ``value`` (added when missing)."""
+    columns: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in batch.columns.items()}
+    node = columns
+    for part in key[:-1]:
+        node = node.setdefault(part, {})
+    node[key[-1]] = value
+    return TensorBatch(batch.batch_size, columns)

@@ -1,10 +1,11 @@
-"""A real ``python -m posttrain_worker`` subprocess and a raw pyzmq DEALER speaking the envelope protocol,
-shared by the worker test modules."""
+"""A real ``python -m posttrain_worker`` subprocess, a raw pyzmq DEALER speaking the envelope protocol, and
+calls that carry a tensordict, shared by the worker test modules."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import select
 import shutil
@@ -12,14 +13,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import zmq
 from posttrain_worker import PROTOCOL_VERSION
+from posttrain_worker.codec import Ragged, TensorBatch, decode_batch, encode_batch
+
+DIAGNOSTICS = Path(__file__).parent / "extensions" / "diagnostics.py"
+"""The test-only worker extension serving ``row_sums`` and ``compute_for``."""
 
 READY_RE = re.compile(r'^POSTTRAIN_READY \{"endpoint": "([^"]+)", "pid": (\d+), "protocolVersion": (\d+)\}$')
 
@@ -53,16 +59,26 @@ class Worker:
             ) from None
 
 
-def start_worker(endpoint: str | None = None, *extra: str) -> Worker:
+def start_worker(
+    endpoint: str | None = None,
+    *extra: str,
+    extensions: Sequence[Path] = (),
+    env: Mapping[str, str] | None = None,
+) -> Worker:
+    """A worker (worker id 3) started with the CLI flags ``extra``, an ``--extension`` per path in
+    ``extensions`` (e.g. ``[DIAGNOSTICS]``) and ``env`` added to its environment, once it printed its READY
+    line."""
     directory = Path(tempfile.mkdtemp(prefix="ptw-", dir="/tmp"))
     endpoint = endpoint or f"ipc://{directory}/worker-0.sock"
     stderr_path = directory / "stderr.log"
+    flags = [*extra, *(arg for path in extensions for arg in ("--extension", str(path)))]
     with stderr_path.open("wb") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "posttrain_worker", "--endpoint", endpoint, "--worker-id", "3", *extra],
+            [sys.executable, "-m", "posttrain_worker", "--endpoint", endpoint, "--worker-id", "3", *flags],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
+            env={**os.environ, **env} if env else None,
         )
     assert proc.stdout is not None
     readable, _, _ = select.select([proc.stdout], [], [], 60)
@@ -169,16 +185,63 @@ def error(reply: dict[str, Any], code: str) -> str:
     return reply["error"]["message"]
 
 
+def load(client: Client, name: str, path: object, **extra: object) -> dict[str, Any]:
+    """The reply envelope of ``load_model``: the model at ``path`` as ``name``."""
+    return client.call("load_model", {"name": name, "path": str(path), **extra}, timeout=60)[0]
+
+
 @contextmanager
-def policy_client(model_dir: Path) -> Iterator[Client]:
-    """A worker with the model at ``model_dir`` loaded as ``"policy"``, and a client to it."""
+def worker_client(
+    models: Mapping[str, Path] | None = None, *, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[Client, Worker]]:
+    """A worker started with ``env`` added to its environment, the ``models`` (name -> directory) loaded,
+    and a client to it; everything is stopped on exit."""
     context = zmq.Context()
-    worker = start_worker()
+    worker = start_worker(env=env)
     client = Client(context, worker.endpoint)
     try:
-        ok(client.call("load_model", {"name": "policy", "path": str(model_dir)}, timeout=60)[0])
-        yield client
+        for name, path in (models or {}).items():
+            ok(load(client, name, path))
+        yield client, worker
     finally:
         client.close()
         stop_worker(worker)
         context.destroy(linger=0)
+
+
+@contextmanager
+def policy_client(model_dir: Path) -> Iterator[Client]:
+    """A worker with the model at ``model_dir`` loaded as ``"policy"``, and a client to it."""
+    with worker_client({"policy": model_dir}) as (client, _):
+        yield client
+
+
+# ---- tensordict payloads -------------------------------------------------------------------------------
+
+
+def ragged(
+    rows: Sequence[Sequence[int]] | Sequence[torch.Tensor], dtype: torch.dtype = torch.int64
+) -> Ragged:
+    """Rows (lists or 1-D tensors) as a ragged column of ``dtype``."""
+    tensors = [torch.as_tensor(r).to(dtype) for r in rows]
+    offsets = torch.tensor(
+        [0, *torch.tensor([t.numel() for t in tensors], dtype=torch.int64).cumsum(0).tolist()]
+    )
+    return Ragged(torch.cat(tensors) if tensors else torch.zeros(0, dtype=dtype), offsets)
+
+
+def rows_of(column: Any) -> list[torch.Tensor]:
+    """The rows of a ragged column, as tensors of their own."""
+    assert isinstance(column, Ragged)
+    return [column.row(i).clone() for i in range(column.rows)]
+
+
+def call(client: Client, method: str, args: dict[str, Any], batch: TensorBatch, timeout: float = 60) -> Any:
+    """The reply of a method taking one tensordict, with the decoded reply batch (when any) under
+    ``"batch"``."""
+    reply, frames = client.call(
+        method, args, payloads=[{"kind": "tensordict"}], frames=(encode_batch(batch),), timeout=timeout
+    )
+    if reply.get("ok") and frames:
+        reply["batch"] = decode_batch(frames[0])
+    return reply

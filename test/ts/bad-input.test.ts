@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
 import { Tensor, TensorDict, WorkerPool } from "../../sdk/index.js";
+import { DIAGNOSTICS_EXTENSION, rowSums } from "./diagnostics.js";
 
 const MAX_PAYLOAD = 64 * 1024;
 
@@ -20,7 +21,7 @@ describe("a worker fed malformed frames", () => {
   let nextId = 1000;
 
   beforeAll(async () => {
-    pool = await WorkerPool.local({ workers: 1, device: "cpu", maxPayloadBytes: MAX_PAYLOAD });
+    pool = await WorkerPool.local({ workers: 1, device: "cpu", maxPayloadBytes: MAX_PAYLOAD, extensions: [DIAGNOSTICS_EXTENSION] });
     raw = new Dealer({ linger: 0, receiveTimeout: 10_000 });
     raw.connect(pool.worker(0).connection.process!.ready.endpoint);
   });
@@ -41,7 +42,7 @@ describe("a worker fed malformed frames", () => {
 
   async function expectStillServing(): Promise<void> {
     const td = new TensorDict({ x: Tensor.from([1, 2, 3], { dtype: "float32" }) }, { batchSize: [3] });
-    const sums = await pool.worker(0).rowSums(td);
+    const sums = await rowSums(pool.worker(0), td);
     expect(Array.from(sums.getTensor("x").toFloat32Array())).toEqual([1, 2, 3]);
   }
 

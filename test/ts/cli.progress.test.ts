@@ -7,7 +7,7 @@ import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigFileError, checkConfig, parseAssignment, readConfigFile, setField } from "../../sdk/cli/config-file.js";
 import { ProgressDisplay, formatDuration, formatMetric, type ProgressStream } from "../../sdk/cli/progress.js";
-import { GRPOTrainerConfigSchema, SFTTrainerConfigSchema } from "../../sdk/trainers/index.js";
+import { GRPOTrainerConfigSchema, SFTTrainerConfigSchema } from "../../sdk/runs/index.js";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 

@@ -255,7 +255,7 @@ describe("posttrain info and make-tiny-model", () => {
     expect(info.protocolVersion).toBe(1);
     expect(info.torch).toMatch(/^\d+\.\d+/);
     expect(info.devices.some((d) => d.type === "cpu")).toBe(true);
-    expect(info.capabilities.methods).toEqual(expect.arrayContaining(["ping", "echo", "row_sums"]));
+    expect(info.capabilities.methods).toEqual(expect.arrayContaining(["ping", "echo", "generate", "train_step"]));
   });
 
   it("make-tiny-model writes a loadable model directory; a bad size exits 2", { timeout: 60_000 }, async () => {

@@ -80,9 +80,9 @@ const EXPECTED: Record<string, Expected> = {
   "quickstart.ts": {
     lines: [
       /^torch in worker 0: \d+\.\d+/,
-      /^row sums of next\.reward: \[ 0\.5, 1 \]$/,
-      /^row sums of tokens: \[ 6, 15 \]$/,
-      /^computeFor\(10\) aborted after 100 ms: ABORTED$/,
+      /^batch size: \[ 1, 4 \] responses: 4$/,
+      /^scored rows: 4$/,
+      /^generate with a 1 ms timeout: TIMEOUT$/,
     ],
   },
   "tool-use.ts": {
@@ -174,6 +174,6 @@ describe("examples/", () => {
     }
     expected?.check?.(run.stdout);
     // computeFor(10) in the quick start must have been cut short by its AbortSignal.
-    if (name === "quickstart.ts") expect(seconds).toBeLessThan(10);
+    if (name === "quickstart.ts") expect(seconds).toBeLessThan(20);
   });
 });

@@ -168,7 +168,7 @@ describe("bad generation inputs from TypeScript", () => {
     expect(unknown.message).toContain("seed");
     const unnamed = await rejection(worker.generate("", textBatch(["x"]), { maxNewTokens: 2 }));
     expect(unnamed).toBeInstanceOf(InvalidArgumentError);
-    expect(unnamed.message).toContain("generate model");
+    expect(unnamed.message).toContain("generate options.model");
   });
 
   it("answers the worker's own checks to a client that bypasses the SDK's", async () => {

@@ -9,20 +9,20 @@ import {
   RunConfigMismatchError,
   RunDirectoryError,
   WorkerPool,
-  createTaskEnv,
   digitSortExamples,
   digitSortProblem,
   digitSortReward,
   makeTinyModel,
   GRPOTrainerConfigSchema,
-  lossOf,
-  rewardMeans,
   TaskConfigSchema,
   type ChatMessage,
   type GRPOTrainerConfigInput,
   type RewardSample,
   type StepRecord,
 } from "../../sdk/index.js";
+import { lossOf } from "../../sdk/runs/grpo-config.js";
+import { rewardMeans } from "../../sdk/runs/step-metrics.js";
+import { createTaskEnv } from "../../sdk/runs/task-env.js";
 
 let dir: string;
 let modelPath: string;
@@ -264,8 +264,8 @@ describe("GRPOTrainer", { timeout: 120_000 }, () => {
     await bad({ optimizer: { type: "sgd", betas: [0.9, 0.99] } }, /config\.optimizer\.betas: not a field of optimizer type "sgd"/);
     await bad({ model: { path: "x", tiny: { hiddenSize: 32 } } }, /config\.model\.tiny: only used with path "tiny"/);
     await bad({ sampling: { topP: 0 } }, /config\.sampling\.topP: .*\(got 0\)/);
-    await bad({ stepz: 3 }, /GRPOTrainer config\.stepz: not a config field here; did you mean "steps"\?; allowed: .*groupSize.*steps/);
-    await bad({ optimizer: { type: "adamw", learningRate: 1e-5 } }, /config\.optimizer\.learningRate: not a config field here; allowed: .*\blr\b/);
+    await bad({ stepz: 3 }, /GRPOTrainer config\.stepz: unknown field; did you mean "steps"\?; allowed: .*groupSize.*steps/);
+    await bad({ optimizer: { type: "adamw", learningRate: 1e-5 } }, /config\.optimizer\.learningRate: unknown field; allowed: .*\blr\b/);
     await bad({ task: { type: "countdown" }, steps: undefined, epochs: 1 }, /config\.epochs: .*endless procedural stream/);
     await bad({ task: { type: "dataset", files: "x.jsonl", fields: { question: "q" } } }, /config\.task\.fields: must map "query"/);
     await bad({ task: { type: "dataset", files: "x.jsonl", fields: { query: "q" } } }, /config\.task\.reward: a "dataset" task needs a reward/);

@@ -205,7 +205,7 @@ describe("bad options name the field", () => {
     it(name, () => {
       if (field === "") {
         expect(make).toThrow(InvalidArgumentError);
-        expect(make).toThrow(/Unrecognized key/);
+        expect(make).toThrow(/unknown field/);
       } else {
         rejects(make, field, where);
       }

@@ -14,8 +14,8 @@ import {
   Tensor,
   TensorDict,
   TopKRewardSelector,
-  groupAdvantages,
 } from "../../sdk/index.js";
+import { groupAdvantages } from "../../sdk/data/replay-buffer/group-stats.js";
 import { expectError } from "./tensordict.helpers.js";
 
 let nextId = 0;

@@ -1,9 +1,12 @@
 // Shared helpers of the tensordict test suites.
 import { expect } from "vitest";
-import { HistoryBatch } from "../../sdk/data/index.js";
-import { PosttrainError, RaggedTensor, Tensor, TensorDict, type NestedKey } from "../../sdk/tensordict/index.js";
+import { PosttrainError, RaggedTensor, Tensor, TensorDict, kindOf, type NestedKey } from "../../sdk/tensordict/index.js";
 
-/** A plain, comparable picture of a TensorDict: batch size, and per key its kind, dtype, shape and values. */
+/**
+ * A plain, comparable picture of a TensorDict: batch size, and per key its kind, dtype, shape and values (a value of a
+ * registered leaf type, such as a HistoryBatch, by its JSON form). Loads no leaf type itself, so suites that do not
+ * import `sdk/data` run TensorDict without History.
+ */
 export function snapshot(td: TensorDict): unknown {
   const leaves: Record<string, unknown> = {};
   for (const [key, value] of td.entries({ nested: true })) {
@@ -11,9 +14,9 @@ export function snapshot(td: TensorDict): unknown {
     if (value instanceof Tensor) leaves[name] = { kind: "tensor", dtype: value.dtype, shape: value.shape, values: value.toArray() };
     else if (value instanceof RaggedTensor) {
       leaves[name] = { kind: "ragged", dtype: value.dtype, tailShape: value.tailShape, rows: value.toArray() };
-    } else if (value instanceof HistoryBatch) leaves[name] = { kind: "history", rows: value.toJSON() };
-    else if (value instanceof TensorDict) leaves[name] = { kind: "tensordict", batchSize: value.batchSize };
-    else leaves[name] = { kind: "strings", values: [...value] };
+    } else if (value instanceof TensorDict) leaves[name] = { kind: "tensordict", batchSize: value.batchSize };
+    else if (Array.isArray(value)) leaves[name] = { kind: "strings", values: [...(value as readonly string[])] };
+    else leaves[name] = { kind: kindOf(value), json: JSON.parse(JSON.stringify(value)) as unknown };
   }
   return { batchSize: td.batchSize, keys: td.keys({ nested: true }), leaves };
 }

@@ -1,8 +1,5 @@
 // History leaves in a TensorDict: a HistoryBatch holds one conversation per batch row (TorchRL's ("history", "prompt")).
-import { readdirSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { WireBatch, WireHistory } from "../../bridge/wire/index.js";
 import { History, HistoryBatch, InvalidHistoryError, type ChatMessage } from "../../sdk/data/index.js";
 import { toolCallsToJson } from "../../sdk/data/wire.js";
@@ -14,6 +11,8 @@ import {
   Tensor,
   TensorDict,
   kindOf,
+  registerLeafType,
+  type LeafType,
   type TensorLeaf,
 } from "../../sdk/tensordict/index.js";
 import { dotted, expectError, snapshot } from "./tensordict.helpers.js";
@@ -352,46 +351,58 @@ describe("TensorDict with History leaves: wire", () => {
   });
 });
 
-describe("module structure", () => {
-  it("sdk/ and bridge/ have no runtime import cycles (sdk/data and sdk/tensordict import each other's leaf modules only)", () => {
-    const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-    const files: string[] = [];
-    const walk = (dir: string): void => {
-      for (const entry of readdirSync(dir, { withFileTypes: true })) {
-        const path = join(dir, entry.name);
-        if (entry.isDirectory()) walk(path);
-        else if (entry.name.endsWith(".ts") && !entry.name.endsWith(".d.ts")) files.push(path);
-      }
-    };
-    walk(join(root, "sdk"));
-    walk(join(root, "bridge"));
-    const graph = new Map<string, string[]>();
-    for (const file of files) {
-      const source = readFileSync(file, "utf8");
-      const deps: string[] = [];
-      // Value imports and re-exports with a relative specifier (`import type` / `export type` are erased at runtime).
-      for (const m of source.matchAll(/^(?:import|export)\s+(?!type\b)[^;]*?from\s+"(\.[^"]+)"/gms)) {
-        deps.push(resolve(dirname(file), m[1]!.replace(/\.js$/, ".ts")));
-      }
-      graph.set(file, deps);
+describe("History registers itself as a TensorDict leaf type", () => {
+  it("loading sdk/data/history.ts alone registers the leaf type and adds getHistory", async () => {
+    vi.resetModules(); // a fresh module graph: a fresh leaf-type registry, nothing of sdk/data loaded
+    const fresh = await import("../../sdk/tensordict/index.js");
+    const wire: WireBatch = { batchSize: [1], columns: [["h", { kind: "history", rows: [[{ role: "user", content: "hi" }]] }]] };
+    // (expectError would check against the first module graph's PosttrainError class.)
+    let err: unknown;
+    try {
+      fresh.TensorDict.fromWire(wire);
+    } catch (caught) {
+      err = caught;
     }
-    expect(graph.get(join(root, "sdk/tensordict/tensordict.ts"))).toContain(join(root, "sdk/data/history.ts"));
-    const state = new Map<string, "active" | "done">();
-    const stack: string[] = [];
-    const cycles: string[] = [];
-    const visit = (file: string): void => {
-      if (state.get(file) === "done") return;
-      if (state.get(file) === "active") {
-        cycles.push([...stack.slice(stack.indexOf(file)), file].map((f) => f.slice(root.length + 1)).join(" -> "));
-        return;
-      }
-      state.set(file, "active");
-      stack.push(file);
-      for (const dep of graph.get(file) ?? []) visit(dep);
-      stack.pop();
-      state.set(file, "done");
+    if (!(err instanceof fresh.LeafTypeNotRegisteredError)) throw new Error(`expected LeafTypeNotRegisteredError, got ${String(err)}`);
+    expect(err).toBeInstanceOf(fresh.PosttrainError);
+    expect(err.code).toBe("LEAF_TYPE_NOT_REGISTERED");
+    expect(err.message).toBe('fromWire: key "h" is a "history" column but no leaf type is registered for that wire kind; import posttrain/data, which registers it');
+    expect([err.key, err.wireKind, err.module]).toEqual(["h", "history", "posttrain/data"]);
+    expect("getHistory" in fresh.TensorDict.prototype).toBe(false);
+
+    const { HistoryBatch: FreshHistoryBatch } = await import("../../sdk/data/history.js");
+    const td = fresh.TensorDict.fromWire(wire);
+    expect(td.getHistory("h")).toBeInstanceOf(FreshHistoryBatch);
+    expect(td.getLeaf("h", "history")).toBe(td.getHistory("h"));
+    expect(fresh.kindOf(td.get("h"))).toBe("history");
+    expect(Object.keys(fresh.TensorDict.prototype)).not.toContain("getHistory"); // non-enumerable, like a class method
+  });
+
+  it("the History leaf type is registered once; its kind and wire kind are taken", () => {
+    const other: LeafType<string[]> = {
+      kind: "history",
+      name: "Other",
+      wireKind: "history",
+      is: (value): value is string[] => Array.isArray(value),
+      rows: () => 0,
+      take: (s) => s[0]!,
+      clone: (v) => v,
+      toWire: () => ({ kind: "history", rows: [] }),
+      fromWire: () => [],
     };
-    for (const file of graph.keys()) visit(file);
-    expect(cycles).toEqual([]);
+    expect(() => {
+      registerLeafType(other);
+    }).toThrow('registerLeafType: kind "history" is already registered (by HistoryBatch)');
+    expect(() => {
+      registerLeafType({ ...other, kind: "chat" });
+    }).toThrow('registerLeafType: wire kind "history" already carries leaf type "history" (HistoryBatch)');
+  });
+
+  it("getHistory reports a missing key and another kind under the name getLeaf", () => {
+    const td = sample([2]);
+    expect(expectError(() => td.getHistory("nope"), KeyNotFoundError, "KEY_NOT_FOUND").message).toMatch(/^getLeaf: key "nope" not found/);
+    expect(expectError(() => td.getHistory("obs"), LeafKindMismatchError, "LEAF_KIND_MISMATCH").message).toBe(
+      'getLeaf: key "obs" holds a tensor value, expected a history',
+    );
   });
 });

@@ -108,7 +108,7 @@ describe("PythonInterpreter", () => {
     [{ timeoutMs: 0 }, /PythonInterpreter options\.timeoutMs:/],
     [{ maxConcurrency: 0 }, /PythonInterpreter options\.maxConcurrency:/],
     [{ toolRole: "" }, /PythonInterpreter options\.toolRole:/],
-    [{ persistant: true }, /PythonInterpreter options: .*persistant/],
+    [{ persistant: true }, /PythonInterpreter options\.persistant: unknown field/],
   ])("rejects options %j with InvalidArgumentError naming the field", (options, pattern) => {
     const make = (): PythonInterpreter => new PythonInterpreter(options as never);
     expect(make).toThrow(InvalidArgumentError);

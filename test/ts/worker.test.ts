@@ -13,6 +13,7 @@ import {
   WorkerPool,
   WorkerStartError,
 } from "../../sdk/index.js";
+import { computeFor, DIAGNOSTICS_EXTENSION, rowSums } from "./diagnostics.js";
 
 function isAlive(pid: number): boolean {
   try {
@@ -40,7 +41,7 @@ describe("WorkerPool.local (ipc)", () => {
   let pool: WorkerPool;
 
   beforeAll(async () => {
-    pool = await WorkerPool.local({ workers: 2, device: "cpu" });
+    pool = await WorkerPool.local({ workers: 2, device: "cpu", extensions: [DIAGNOSTICS_EXTENSION] });
   });
 
   afterAll(async () => {
@@ -69,7 +70,7 @@ describe("WorkerPool.local (ipc)", () => {
 
   it("computes per-row sums with torch that match the values sent", async () => {
     const td = sampleTd(7);
-    const sums = await pool.worker(1).rowSums(td);
+    const sums = await rowSums(pool.worker(1), td);
     const x = td.getTensor("x").data as Float32Array;
     const xs = sums.getTensor("x");
     expect(xs.dtype).toBe("float64");
@@ -89,7 +90,7 @@ describe("WorkerPool.local (ipc)", () => {
 
   it("answers heartbeats and pings while the compute thread is busy", async () => {
     const worker = pool.worker(1);
-    const busy = worker.computeFor(1.5);
+    const busy = computeFor(worker, 1.5);
     await new Promise((r) => setTimeout(r, 200));
     const start = performance.now();
     const hb = await worker.connection.heartbeat(1000);
@@ -102,7 +103,7 @@ describe("WorkerPool.local (ipc)", () => {
 
   it("rejects a request that outlives its timeout, and the worker keeps serving", async () => {
     const worker = pool.worker(0);
-    await expect(worker.computeFor(1.0, { timeoutMs: 100 })).rejects.toBeInstanceOf(RequestTimeoutError);
+    await expect(computeFor(worker, 1.0, { timeoutMs: 100 })).rejects.toBeInstanceOf(RequestTimeoutError);
     expect(await worker.ping()).toBeGreaterThan(0);
   });
 
@@ -113,9 +114,9 @@ describe("WorkerPool.local (ipc)", () => {
     await expect(worker.ping({ signal: pre.signal })).rejects.toBeInstanceOf(RequestAbortedError);
 
     const running = new AbortController();
-    const first = worker.computeFor(0.8, { signal: running.signal });
+    const first = computeFor(worker, 0.8, { signal: running.signal });
     const queued = new AbortController();
-    const second = worker.computeFor(5, { signal: queued.signal });
+    const second = computeFor(worker, 5, { signal: queued.signal });
     await new Promise((r) => setTimeout(r, 150));
     expect((await worker.connection.heartbeat()).queued).toBeGreaterThanOrEqual(1);
     queued.abort();
@@ -142,10 +143,10 @@ describe("WorkerPool.local (ipc)", () => {
 
 describe("worker death and shutdown", () => {
   it("rejects every pending request at once with WorkerDiedError when the worker is killed", async () => {
-    const pool = await WorkerPool.local({ workers: 1, device: "cpu" });
+    const pool = await WorkerPool.local({ workers: 1, device: "cpu", extensions: [DIAGNOSTICS_EXTENSION] });
     const worker = pool.worker(0);
     const pid = worker.info.pid;
-    const pending = [worker.computeFor(30), worker.computeFor(30), worker.echo(sampleTd(2))];
+    const pending = [computeFor(worker, 30), computeFor(worker, 30), worker.echo(sampleTd(2))];
     await new Promise((r) => setTimeout(r, 200));
     const killedAt = performance.now();
     process.kill(pid, "SIGKILL");
@@ -168,11 +169,11 @@ describe("worker death and shutdown", () => {
   });
 
   it("close() shuts every worker down and leaves no process and no socket file", async () => {
-    const pool = await WorkerPool.local({ workers: 2, device: "cpu" });
+    const pool = await WorkerPool.local({ workers: 2, device: "cpu", extensions: [DIAGNOSTICS_EXTENSION] });
     const pids = pool.workers.map((w) => w.info.pid);
     const dir = pool.socketDir;
     expect(existsSync(dir)).toBe(true);
-    const pending = pool.worker(0).computeFor(20).catch((e: unknown) => e);
+    const pending = computeFor(pool.worker(0), 20).catch((e: unknown) => e);
     const started = performance.now();
     await pool.close();
     expect(performance.now() - started).toBeLessThan(3000); // the running compute stops early
@@ -182,14 +183,24 @@ describe("worker death and shutdown", () => {
     await pool.close(); // idempotent
   });
 
-  it("works over tcp on loopback", async () => {
+  it("works over tcp on loopback; a worker without the test extension does not serve its methods", async () => {
     const pool = await WorkerPool.local({ workers: 1, device: "cpu", transport: "tcp" });
     try {
       const back = await pool.worker(0).echo(sampleTd(5));
       expect(back.getTensor("x").data).toEqual(sampleTd(5).getTensor("x").data);
+      const err = await rowSums(pool.worker(0), sampleTd(2)).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(WorkerError);
+      expect((err as WorkerError).code).toBe("UNKNOWN_METHOD");
+      expect(pool.worker(0).info.capabilities.methods).not.toContain("row_sums");
     } finally {
       await pool.close();
     }
+  });
+
+  it("fails to start with a typed error naming an extension file that does not exist", async () => {
+    const err = await WorkerPool.local({ device: "cpu", extensions: ["/nonexistent/methods.py"] }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(WorkerStartError);
+    expect((err as WorkerStartError).message).toContain("/nonexistent/methods.py");
   });
 
   it("fails to start with a typed error naming the interpreter when Python is missing", async () => {

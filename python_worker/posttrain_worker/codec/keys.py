@@ -1,5 +1,5 @@
-"""TorchRL-style nested keys (``("tokens", "full")``) of a decoded :class:`TensorBatch`: lookup and naming,
-shared by the worker methods and the training package."""
+"""TorchRL-style nested keys (``("tokens", "full")``) of a decoded :class:`TensorBatch`: lookup, naming and
+the failure of a missing key, shared by the worker methods, models and training."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from posttrain_worker.codec.types import Column, TensorBatch
+from posttrain_worker.errors import BAD_PAYLOAD, WorkerFailure
 
 
 def key_name(key: Sequence[str]) -> str:
@@ -33,3 +34,14 @@ def lookup(batch: TensorBatch, key: tuple[str, ...]) -> Column | None:
             return None
         node = node[part]
     return None if isinstance(node, dict) else node
+
+
+def missing_key(method: str, batch: TensorBatch, expected: Sequence[tuple[str, ...]]) -> WorkerFailure:
+    """``BAD_PAYLOAD``: the tensordict has none of the ``expected`` keys (the message lists those present)."""
+    wanted = " or ".join(key_name(k) for k in expected)
+    present = leaf_keys(batch.columns)
+    return WorkerFailure(
+        BAD_PAYLOAD,
+        f"{method}: the tensordict has no {wanted} key; present keys: {', '.join(present) or 'none'}",
+        {"expected": [list(k) for k in expected], "present": present},
+    )

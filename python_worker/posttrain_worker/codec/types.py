@@ -32,10 +32,6 @@ class Ragged:
     def row(self, i: int) -> torch.Tensor:
         return self.values[int(self.offsets[i]) : int(self.offsets[i + 1])]
 
-    def to_nested(self) -> torch.Tensor:
-        """As a torch jagged nested tensor (``layout=torch.jagged``)."""
-        return torch.nested.nested_tensor_from_jagged(self.values, self.offsets.to(torch.int64))
-
 
 @dataclass(frozen=True)
 class HistoryColumn:

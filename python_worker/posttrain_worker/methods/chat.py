@@ -12,12 +12,13 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.codec.types import Column, HistoryColumn, TensorBatch
-from posttrain_worker.methods.payload_keys import key_name, lookup, missing_key, ragged, single_batch
-from posttrain_worker.models.chat import RenderedChat, render_chat
-from posttrain_worker.models.store import LoadedModel, ModelStore
-from posttrain_worker.protocol.args import ArgReader
-from posttrain_worker.protocol.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
+from posttrain_worker.codec.keys import lookup, missing_key
+from posttrain_worker.codec.types import TensorBatch
+from posttrain_worker.methods.models import MODEL_ARG
+from posttrain_worker.methods.payload_keys import ragged, single_batch
+from posttrain_worker.models.chat import render_rows
+from posttrain_worker.models.store import ModelStore
+from posttrain_worker.protocol.args import Arg, ArgsSchema, ParsedArgs
 from posttrain_worker.server.registry import CallContext, MethodOutcome, MethodRegistry
 
 KEYS = ("prompt", "full")
@@ -31,62 +32,26 @@ class ChatArgs:
     continue_final_message: bool
 
 
-def parse_chat(method: str, args: dict[str, Any]) -> ChatArgs:
-    reader = ArgReader(method, args)
-    model = reader.string("model")
-    key = reader.choice("key", KEYS, required=False, default="prompt")
-    add = reader.boolean("addGenerationPrompt", required=False, default=None)
-    cont = reader.boolean("continueFinalMessage", required=False, default=False)
-    reader.finish()
-    assert model is not None and key is not None and cont is not None
-    if not model:
-        raise reader.fail('"model" must be a non-empty string')
+def build_chat(parsed: ParsedArgs) -> ChatArgs:
+    """``addGenerationPrompt`` defaults to ``key == "prompt"`` and excludes ``continueFinalMessage``."""
+    model, key = parsed["model"], parsed["key"]
+    add, cont = parsed["addGenerationPrompt"], parsed["continueFinalMessage"]
     if add is None:
         add = key == "prompt"  # a prompt is followed by the generation prompt; a full conversation is not
     if add and cont:
-        raise reader.fail('"addGenerationPrompt" and "continueFinalMessage" cannot both be true')
+        raise parsed.fail('"addGenerationPrompt" and "continueFinalMessage" cannot both be true')
     return ChatArgs(model, key, add, cont)
 
 
-def render_rows(
-    method: str,
-    loaded: LoadedModel,
-    key: tuple[str, ...],
-    column: Column,
-    *,
-    add_generation_prompt: bool,
-    continue_final: bool,
-) -> list[RenderedChat]:
-    """Each row's conversation of the leaf ``key`` rendered by the model's chat template. A leaf that is not a
-    history leaf is ``BAD_PAYLOAD``; a model without a template, and an empty or unrenderable conversation,
-    are ``BAD_ARGUMENTS`` (naming the row)."""
-    if not isinstance(column, HistoryColumn):
-        raise WorkerFailure(BAD_PAYLOAD, f"{method}: {key_name(key)} must be a history leaf")
-    tokenizer = loaded.tokenizer
-    if not getattr(tokenizer, "chat_template", None):
-        raise WorkerFailure(BAD_ARGUMENTS, f"{method}: model {loaded.name!r} has no chat template")
-    rendered = []
-    for row, conversation in enumerate(column.rows):
-        if not conversation:
-            raise WorkerFailure(
-                BAD_ARGUMENTS, f"{method}: row {row} holds an empty conversation", {"row": row}
-            )
-        try:
-            rendered.append(
-                render_chat(
-                    tokenizer,
-                    conversation,
-                    add_generation_prompt=add_generation_prompt,
-                    continue_final=continue_final,
-                )
-            )
-        except (ValueError, TypeError, KeyError) as exc:  # jinja and HF raise these on bad messages
-            raise WorkerFailure(
-                BAD_ARGUMENTS,
-                f"{method}: row {row} could not be rendered ({type(exc).__name__}: {exc})",
-                {"row": row},
-            ) from None
-    return rendered
+CHAT_ARGS = ArgsSchema(
+    (
+        MODEL_ARG,
+        Arg("key", "choice", choices=KEYS, default="prompt"),
+        Arg("addGenerationPrompt", "boolean", default=None),
+        Arg("continueFinalMessage", "boolean", default=False),
+    ),
+    build=build_chat,
+)
 
 
 def register_chat_methods(registry: MethodRegistry, store: ModelStore) -> None:
@@ -119,6 +84,6 @@ def register_chat_methods(registry: MethodRegistry, store: ModelStore) -> None:
         "apply_chat_template",
         apply_chat_template,
         thread="compute",
-        parse_args=parse_chat,
+        args=CHAT_ARGS,
         payloads=("tensordict",),
     )

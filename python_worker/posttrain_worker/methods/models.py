@@ -7,14 +7,14 @@ the engine options ``gpuMemoryUtilization``, ``maxModelLen``, ``enablePrefixCach
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import torch
 
 from posttrain_worker.models.store import BACKENDS, DTYPES, ModelStore
 from posttrain_worker.models.vllm_engine import VllmOptions
-from posttrain_worker.protocol.args import ArgReader
-from posttrain_worker.protocol.errors import BAD_ARGUMENTS, WorkerFailure
+from posttrain_worker.protocol.args import Arg, ArgsSchema, ParsedArgs
 from posttrain_worker.server.registry import CallContext, MethodRegistry
 
 
@@ -32,72 +32,63 @@ class LoadArgs:
 VLLM_ONLY = ("gpuMemoryUtilization", "maxModelLen", "enablePrefixCaching", "enforceEager")
 """``load_model`` arguments that only the vLLM backend takes."""
 
+_VLLM_DEFAULTS = VllmOptions()
 
-def _parse_vllm_options(
-    method: str, reader: ArgReader, backend: str, args: dict[str, Any]
-) -> VllmOptions | None:
-    defaults = VllmOptions()
-    utilization = reader.number(
-        "gpuMemoryUtilization", required=False, default=defaults.gpu_memory_utilization
-    )
-    max_len = reader.integer("maxModelLen", required=False, default=None, minimum=1, nullable=True)
-    prefix = reader.boolean("enablePrefixCaching", required=False, default=defaults.enable_prefix_caching)
-    eager = reader.boolean("enforceEager", required=False, default=defaults.enforce_eager)
-    assert utilization is not None and prefix is not None and eager is not None
+
+def _vllm_options(parsed: ParsedArgs, backend: str) -> VllmOptions | None:
     if backend != "vllm":
-        given = [key for key in VLLM_ONLY if key in args]
+        given = [key for key in VLLM_ONLY if key in parsed.given]
         if given:
-            raise WorkerFailure(
-                BAD_ARGUMENTS, f'{method}: "{given[0]}" is an option of backend "vllm", not of "{backend}"'
-            )
+            raise parsed.fail(f'"{given[0]}" is an option of backend "vllm", not of "{backend}"')
         return None
+    utilization = parsed["gpuMemoryUtilization"]
     if not 0 < utilization <= 1:
-        raise WorkerFailure(
-            BAD_ARGUMENTS, f'{method}: "gpuMemoryUtilization" must be in (0, 1], got {utilization:g}'
-        )
+        raise parsed.fail(f'"gpuMemoryUtilization" must be in (0, 1], got {utilization:g}')
     return VllmOptions(
         gpu_memory_utilization=utilization,
-        max_model_len=max_len,
-        enable_prefix_caching=prefix,
-        enforce_eager=eager,
+        max_model_len=parsed["maxModelLen"],
+        enable_prefix_caching=parsed["enablePrefixCaching"],
+        enforce_eager=parsed["enforceEager"],
     )
 
 
-def parse_load(method: str, args: dict[str, Any]) -> LoadArgs:
-    reader = ArgReader(method, args)
-    name = reader.string("name")
-    path = reader.string("path")
-    dtype = reader.choice("dtype", tuple(DTYPES), required=False, default="float32")
-    device = reader.string("device", required=False)
-    replace = reader.boolean("replace", required=False, default=False)
-    backend = reader.choice("backend", BACKENDS, required=False, default="transformers")
-    assert backend is not None
-    vllm_options = _parse_vllm_options(method, reader, backend, args)
-    reader.finish()
-    assert name is not None and path is not None and dtype is not None and replace is not None
-    if not name:
-        raise WorkerFailure(BAD_ARGUMENTS, f'{method}: "name" must be a non-empty string')
+def build_load(parsed: ParsedArgs) -> LoadArgs:
+    """The vLLM-only options (only with ``backend: "vllm"``), a torch device."""
+    backend, device = parsed["backend"], parsed["device"]
+    vllm_options = _vllm_options(parsed, backend)
     if backend == "vllm" and device is not None:
-        raise WorkerFailure(
-            BAD_ARGUMENTS,
-            f'{method}: "device" is not an option of backend "vllm" (vLLM runs on the worker\'s own GPU)',
-        )
+        raise parsed.fail('"device" is not an option of backend "vllm" (vLLM runs on the worker\'s own GPU)')
     if device is not None:
         try:
             torch.device(device)
         except RuntimeError:
-            raise WorkerFailure(
-                BAD_ARGUMENTS, f'{method}: "device" is not a torch device, got {device!r}'
-            ) from None
-    return LoadArgs(name, path, dtype, device, replace, backend, vllm_options)
+            raise parsed.fail(f'"device" is not a torch device, got {device!r}') from None
+    return LoadArgs(
+        parsed["name"], parsed["path"], parsed["dtype"], device, parsed["replace"], backend, vllm_options
+    )
 
 
-def parse_name(method: str, args: dict[str, Any]) -> str:
-    reader = ArgReader(method, args)
-    name = reader.string("name")
-    reader.finish()
-    assert name is not None
-    return name
+LOAD_ARGS = ArgsSchema(
+    (
+        Arg("name", "string", non_empty=True),
+        Arg("path", "string"),
+        Arg("dtype", "choice", choices=tuple(DTYPES), default="float32"),
+        Arg("device", "string", default=None),
+        Arg("replace", "boolean", default=False),
+        Arg("backend", "choice", choices=BACKENDS, default="transformers"),
+        Arg("gpuMemoryUtilization", "number", default=_VLLM_DEFAULTS.gpu_memory_utilization),
+        Arg("maxModelLen", "integer", default=None, minimum=1, nullable=True),
+        Arg("enablePrefixCaching", "boolean", default=_VLLM_DEFAULTS.enable_prefix_caching),
+        Arg("enforceEager", "boolean", default=_VLLM_DEFAULTS.enforce_eager),
+    ),
+    build=build_load,
+)
+NAME_ARGS = ArgsSchema((Arg("name", "string"),), build=itemgetter("name"))
+
+MODEL_ARG = Arg("model", "string", non_empty=True)
+"""The ``model`` argument of the methods that use a loaded model: its name in the store."""
+ONLY_MODEL_ARGS = ArgsSchema((MODEL_ARG,), build=itemgetter("model"))
+"""The schema of a method whose one argument is ``model``; the handler gets the name."""
 
 
 def register_model_methods(registry: MethodRegistry, store: ModelStore) -> None:
@@ -120,6 +111,6 @@ def register_model_methods(registry: MethodRegistry, store: ModelStore) -> None:
     def list_models(_ctx: CallContext, _args: None) -> dict[str, Any]:
         return {"models": [store.get(name).describe() for name in store.names()]}
 
-    registry.add("load_model", load_model, thread="compute", parse_args=parse_load)
-    registry.add("unload_model", unload_model, thread="compute", parse_args=parse_name)
+    registry.add("load_model", load_model, thread="compute", args=LOAD_ARGS)
+    registry.add("unload_model", unload_model, thread="compute", args=NAME_ARGS)
     registry.add("list_models", list_models, thread="compute")

@@ -10,15 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from posttrain_worker.methods.models import MODEL_ARG, ONLY_MODEL_ARGS
 from posttrain_worker.methods.payload_keys import single_batch
+from posttrain_worker.models.prompts import max_positions, vocab_size
 from posttrain_worker.models.store import LoadedModel, ModelStore
-from posttrain_worker.protocol.args import ArgReader
+from posttrain_worker.protocol.args import Arg, ArgsSchema, ParsedArgs
 from posttrain_worker.protocol.errors import BAD_ARGUMENTS, WorkerFailure
 from posttrain_worker.server.registry import CallContext, MethodRegistry
 from posttrain_worker.training.batch import TrainBatch, read_train_batch
 from posttrain_worker.training.checkpoint import load_checkpoint, save_checkpoint
 from posttrain_worker.training.errors import TRAINER_EXISTS, TRAINER_NOT_FOUND
-from posttrain_worker.training.fields import Reader
 from posttrain_worker.training.lora import parse_lora
 from posttrain_worker.training.optimizer import parse_optimizer
 from posttrain_worker.training.schedule import ScheduleConfig, parse_schedule
@@ -45,78 +46,59 @@ class CheckpointArgs:
     data_position: Any
 
 
-def model_name(reader: ArgReader, key: str = "model") -> str:
-    value = reader.string(key)
-    assert value is not None
-    if not value:
-        raise reader.fail(f'"{key}" must be a non-empty string')
-    return value
-
-
-def parse_create(method: str, args: dict[str, Any]) -> CreateArgs:
+def build_create(parsed: ParsedArgs) -> CreateArgs:
+    """The nested ``loss``, ``optimizer``, ``schedule`` and ``lora`` objects, read by their own parsers."""
     from posttrain_worker.objectives.api import parse_loss_config
 
-    reader = Reader(method, args)
-    model = model_name(reader)
-    loss_wire = reader.object("loss")
-    assert loss_wire is not None
+    method = parsed.method
+    loss_wire = parsed["loss"]
     loss = parse_loss_config(loss_wire)
-    optimizer = parse_optimizer(method, reader.object("optimizer", required=False) or DEFAULT_OPTIMIZER)
-    schedule_raw = reader.object("schedule", required=False)
+    optimizer = parse_optimizer(method, parsed["optimizer"] or DEFAULT_OPTIMIZER)
+    schedule_raw = parsed["schedule"]
     schedule = parse_schedule(method, schedule_raw) if schedule_raw is not None else ScheduleConfig()
-    clip = (
-        None
-        if reader.null("gradClip")
-        else reader.number("gradClip", required=False, default=DEFAULT_GRAD_CLIP)
-    )
-    micro = reader.integer("microBatchTokens", required=False, default=None, minimum=1, nullable=True)
-    ref_model = None if reader.null("refModel") else reader.string("refModel", required=False)
-    autocast = None if reader.null("autocast") else reader.choice("autocast", AUTOCAST, required=False)
-    lora_raw = None if reader.null("lora") else reader.object("lora", required=False)
-    lora = parse_lora(method, lora_raw) if lora_raw is not None else None
-    replace = reader.boolean("replace", required=False, default=False)
-    reader.finish()
-    assert replace is not None
+    lora = parse_lora(method, parsed["lora"]) if parsed["lora"] is not None else None
+    clip = parsed["gradClip"]
     if clip is not None and clip <= 0:
-        raise reader.fail(f'"gradClip" must be > 0 or null, got {clip:g}')
-    if ref_model == "":
-        raise reader.fail('"refModel" must be a non-empty string or null')
+        raise parsed.fail(f'"gradClip" must be > 0 or null, got {clip:g}')
     config = TrainerConfig(
         loss_wire=loss_wire,
         loss=loss,
         optimizer=optimizer,
         schedule=schedule,
         grad_clip=clip,
-        micro_batch_tokens=micro,
-        ref_model=ref_model,
-        autocast=autocast,
+        micro_batch_tokens=parsed["microBatchTokens"],
+        ref_model=parsed["refModel"],
+        autocast=parsed["autocast"],
         lora=lora,
     )
-    return CreateArgs(model, config, replace)
+    return CreateArgs(parsed["model"], config, parsed["replace"])
 
 
-def parse_model(method: str, args: dict[str, Any]) -> str:
-    reader = ArgReader(method, args)
-    model = model_name(reader)
-    reader.finish()
-    return model
+CREATE_ARGS = ArgsSchema(
+    (
+        MODEL_ARG,
+        Arg("loss", "object"),
+        Arg("optimizer", "object", default=None),
+        Arg("schedule", "object", default=None),
+        Arg("gradClip", "number", default=DEFAULT_GRAD_CLIP, nullable=True),
+        Arg("microBatchTokens", "integer", default=None, minimum=1, nullable=True),
+        Arg("refModel", "string", default=None, nullable=True, non_empty=True),
+        Arg("autocast", "choice", choices=AUTOCAST, default=None, nullable=True),
+        Arg("lora", "object", default=None, nullable=True),
+        Arg("replace", "boolean", default=False),
+    ),
+    build=build_create,
+)
 
-
-def parse_save(method: str, args: dict[str, Any]) -> CheckpointArgs:
-    reader = Reader(method, args)
-    model = model_name(reader)
-    directory = model_name(reader, "dir")
-    data_position = reader.json("dataPosition")
-    reader.finish()
-    return CheckpointArgs(model, directory, data_position)
-
-
-def parse_load(method: str, args: dict[str, Any]) -> CheckpointArgs:
-    reader = ArgReader(method, args)
-    model = model_name(reader)
-    directory = model_name(reader, "dir")
-    reader.finish()
-    return CheckpointArgs(model, directory, None)
+CHECKPOINT_DIR = Arg("dir", "string", non_empty=True)
+SAVE_CHECKPOINT_ARGS = ArgsSchema(
+    (MODEL_ARG, CHECKPOINT_DIR, Arg("dataPosition", "json", default=None)),
+    build=lambda parsed: CheckpointArgs(parsed["model"], parsed["dir"], parsed["dataPosition"]),
+)
+LOAD_CHECKPOINT_ARGS = ArgsSchema(
+    (MODEL_ARG, CHECKPOINT_DIR),
+    build=lambda parsed: CheckpointArgs(parsed["model"], parsed["dir"], None),
+)
 
 
 # ---- the trainers of this worker -----------------------------------------------------------------------
@@ -185,11 +167,12 @@ class Trainers:
 
 def _batch(ctx: CallContext, trainer: Trainer) -> TrainBatch:
     loaded = trainer.loaded
-    vocab = int(loaded.model.get_input_embeddings().weight.shape[0])
-    positions = getattr(loaded.model.config, "max_position_embeddings", None)
-    limit = int(positions) if isinstance(positions, int) and positions > 0 else None
     return read_train_batch(
-        ctx.method, single_batch(ctx), trainer.needs(), vocab_size=vocab, max_positions=limit
+        ctx.method,
+        single_batch(ctx),
+        trainer.needs(),
+        vocab_size=vocab_size(loaded),
+        max_positions=max_positions(loaded),
     )
 
 
@@ -236,11 +219,11 @@ def register_training_methods(registry: MethodRegistry, store: ModelStore) -> Tr
         return {**trainer.state(), "dataPosition": saved.get("dataPosition"), "path": saved["path"]}
 
     batch = ("tensordict",)
-    registry.add("trainer_create", trainer_create, thread="compute", parse_args=parse_create)
-    registry.add("train_step", train_step, thread="compute", parse_args=parse_model, payloads=batch)
-    registry.add("compute_loss", compute_loss, thread="compute", parse_args=parse_model, payloads=batch)
-    registry.add("trainer_state", trainer_state, thread="compute", parse_args=parse_model)
-    registry.add("trainer_close", trainer_close, thread="compute", parse_args=parse_model)
-    registry.add("save_checkpoint", save, thread="compute", parse_args=parse_save)
-    registry.add("load_checkpoint", load, thread="compute", parse_args=parse_load)
+    registry.add("trainer_create", trainer_create, thread="compute", args=CREATE_ARGS)
+    registry.add("train_step", train_step, thread="compute", args=ONLY_MODEL_ARGS, payloads=batch)
+    registry.add("compute_loss", compute_loss, thread="compute", args=ONLY_MODEL_ARGS, payloads=batch)
+    registry.add("trainer_state", trainer_state, thread="compute", args=ONLY_MODEL_ARGS)
+    registry.add("trainer_close", trainer_close, thread="compute", args=ONLY_MODEL_ARGS)
+    registry.add("save_checkpoint", save, thread="compute", args=SAVE_CHECKPOINT_ARGS)
+    registry.add("load_checkpoint", load, thread="compute", args=LOAD_CHECKPOINT_ARGS)
     return trainers

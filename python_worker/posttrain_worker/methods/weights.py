@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
+from posttrain_worker.methods.models import MODEL_ARG, ONLY_MODEL_ARGS
 from posttrain_worker.models.store import LoadedModel, ModelStore
-from posttrain_worker.protocol.args import ArgReader
+from posttrain_worker.protocol.args import Arg, ArgsSchema, ParsedArgs
 from posttrain_worker.protocol.errors import WorkerFailure
 from posttrain_worker.server.registry import CallContext, MethodOutcome, MethodRegistry, RawTensor
-from posttrain_worker.training import distributed, zmq_transfer
 from posttrain_worker.training.errors import WEIGHT_SYNC_FAILED
 from posttrain_worker.training.weight_sync import (
     check_manifest,
@@ -27,6 +27,7 @@ from posttrain_worker.training.weight_sync import (
     outgoing_weights,
     sync_in_worker,
 )
+from posttrain_worker.transfer import distributed, zmq_transfer
 
 DEFAULT_BUCKET_BYTES = 64 * 2**20
 DEFAULT_TIMEOUT_MS = 120_000
@@ -34,26 +35,6 @@ TRANSPORTS = ("ipc", "tcp")
 LISTENER_TTL_S = 3600.0
 
 # ---- arguments -----------------------------------------------------------------------------------------
-
-
-def _name(reader: ArgReader, key: str) -> str:
-    value = reader.string(key)
-    assert value is not None
-    if not value:
-        raise reader.fail(f'"{key}" must be a non-empty string')
-    return value
-
-
-def _timeout_s(reader: ArgReader) -> float:
-    value = reader.integer("timeoutMs", required=False, default=DEFAULT_TIMEOUT_MS, minimum=1)
-    assert value is not None
-    return value / 1000.0
-
-
-def _bucket_bytes(reader: ArgReader) -> int:
-    value = reader.integer("bucketBytes", required=False, default=DEFAULT_BUCKET_BYTES, minimum=1)
-    assert value is not None
-    return value
 
 
 @dataclass(frozen=True)
@@ -107,89 +88,74 @@ class BroadcastArgs:
     bucket_bytes: int
 
 
-def parse_clone(method: str, args: dict[str, Any]) -> CloneArgs:
-    reader = ArgReader(method, args)
-    source, name = _name(reader, "source"), _name(reader, "name")
-    share = reader.boolean("shareParameters", required=False, default=False)
-    replace = reader.boolean("replace", required=False, default=False)
-    reader.finish()
-    assert share is not None and replace is not None
-    return CloneArgs(source, name, share, replace)
+def _name(key: str) -> Arg:
+    return Arg(key, "string", non_empty=True)
 
 
-def parse_pair(method: str, args: dict[str, Any]) -> PairArgs:
-    reader = ArgReader(method, args)
-    pair = PairArgs(_name(reader, "source"), _name(reader, "target"))
-    reader.finish()
-    if pair.source == pair.target:
-        raise reader.fail('"source" and "target" must be different models')
-    return pair
+TIMEOUT_MS = Arg("timeoutMs", "integer", default=DEFAULT_TIMEOUT_MS, minimum=1)
+BUCKET_BYTES = Arg("bucketBytes", "integer", default=DEFAULT_BUCKET_BYTES, minimum=1)
 
 
-def parse_listen(method: str, args: dict[str, Any]) -> ListenArgs:
-    reader = ArgReader(method, args)
-    model = _name(reader, "model")
-    transport = reader.choice("transport", TRANSPORTS, required=False, default="ipc")
-    host = reader.string("host", required=False, default="127.0.0.1")
-    reader.finish()
-    assert transport is not None and host is not None
-    return ListenArgs(model, transport, host)
+def build_pair(parsed: ParsedArgs) -> PairArgs:
+    if parsed["source"] == parsed["target"]:
+        raise parsed.fail('"source" and "target" must be different models')
+    return PairArgs(parsed["source"], parsed["target"])
 
 
-def parse_receive(method: str, args: dict[str, Any]) -> ReceiveArgs:
-    reader = ArgReader(method, args)
-    token = _name(reader, "token")
-    timeout_s = _timeout_s(reader)
-    reader.finish()
-    return ReceiveArgs(token, timeout_s)
-
-
-def parse_send(method: str, args: dict[str, Any]) -> SendArgs:
-    reader = ArgReader(method, args)
-    model = _name(reader, "model")
-    endpoints = reader.strings("endpoints")
-    bucket_bytes, timeout_s = _bucket_bytes(reader), _timeout_s(reader)
-    reader.finish()
-    assert endpoints is not None
+def build_send(parsed: ParsedArgs) -> SendArgs:
+    endpoints = parsed["endpoints"]
     if not endpoints:
-        raise reader.fail('"endpoints" must name at least one receiver')
+        raise parsed.fail('"endpoints" must name at least one receiver')
     for index, endpoint in enumerate(endpoints):
         if not endpoint.startswith(("ipc://", "tcp://")):
-            raise reader.fail(f'"endpoints[{index}]" must be an ipc:// or tcp:// address, got {endpoint!r}')
-    return SendArgs(model, tuple(endpoints), bucket_bytes, timeout_s)
+            raise parsed.fail(f'"endpoints[{index}]" must be an ipc:// or tcp:// address, got {endpoint!r}')
+    return SendArgs(parsed["model"], tuple(endpoints), parsed["bucketBytes"], parsed["timeoutMs"] / 1000.0)
 
 
-def parse_dist_init(method: str, args: dict[str, Any]) -> DistInitArgs:
-    reader = ArgReader(method, args)
-    backend = reader.choice("backend", distributed.BACKENDS, required=False, default="gloo")
-    init_method = _name(reader, "initMethod")
-    rank = reader.integer("rank", minimum=0)
-    world_size = reader.integer("worldSize", minimum=1)
-    timeout_s = _timeout_s(reader)
-    reader.finish()
-    assert backend is not None and rank is not None and world_size is not None
+def build_dist_init(parsed: ParsedArgs) -> DistInitArgs:
+    backend, rank, world_size = parsed["backend"], parsed["rank"], parsed["worldSize"]
     if rank >= world_size:
-        raise reader.fail(f'"rank" ({rank}) must be less than "worldSize" ({world_size})')
+        raise parsed.fail(f'"rank" ({rank}) must be less than "worldSize" ({world_size})')
     if backend == "nccl" and not torch.cuda.is_available():
-        raise reader.fail('"backend" "nccl" needs CUDA, which this worker does not have')
-    return DistInitArgs(backend, init_method, rank, world_size, timeout_s)
+        raise parsed.fail('"backend" "nccl" needs CUDA, which this worker does not have')
+    return DistInitArgs(backend, parsed["initMethod"], rank, world_size, parsed["timeoutMs"] / 1000.0)
 
 
-def parse_broadcast(method: str, args: dict[str, Any]) -> BroadcastArgs:
-    reader = ArgReader(method, args)
-    model = _name(reader, "model")
-    src = reader.integer("src", required=False, default=0, minimum=0)
-    bucket_bytes = _bucket_bytes(reader)
-    reader.finish()
-    assert src is not None
-    return BroadcastArgs(model, src, bucket_bytes)
-
-
-def parse_model(method: str, args: dict[str, Any]) -> str:
-    reader = ArgReader(method, args)
-    model = _name(reader, "model")
-    reader.finish()
-    return model
+CLONE_ARGS = ArgsSchema(
+    (
+        _name("source"),
+        _name("name"),
+        Arg("shareParameters", "boolean", default=False),
+        Arg("replace", "boolean", default=False),
+    ),
+    build=lambda p: CloneArgs(p["source"], p["name"], p["shareParameters"], p["replace"]),
+)
+PAIR_ARGS = ArgsSchema((_name("source"), _name("target")), build=build_pair)
+LISTEN_ARGS = ArgsSchema(
+    (
+        MODEL_ARG,
+        Arg("transport", "choice", choices=TRANSPORTS, default="ipc"),
+        Arg("host", "string", default="127.0.0.1"),
+    ),
+    build=ListenArgs,
+)
+RECEIVE_ARGS = ArgsSchema(
+    (_name("token"), TIMEOUT_MS), build=lambda p: ReceiveArgs(p["token"], p["timeoutMs"] / 1000.0)
+)
+SEND_ARGS = ArgsSchema((MODEL_ARG, Arg("endpoints", "strings"), BUCKET_BYTES, TIMEOUT_MS), build=build_send)
+DIST_INIT_ARGS = ArgsSchema(
+    (
+        Arg("backend", "choice", choices=distributed.BACKENDS, default="gloo"),
+        _name("initMethod"),
+        Arg("rank", "integer", minimum=0),
+        Arg("worldSize", "integer", minimum=1),
+        TIMEOUT_MS,
+    ),
+    build=build_dist_init,
+)
+BROADCAST_ARGS = ArgsSchema(
+    (MODEL_ARG, Arg("src", "integer", default=0, minimum=0), BUCKET_BYTES), build=BroadcastArgs
+)
 
 
 # ---- handlers ------------------------------------------------------------------------------------------
@@ -340,12 +306,12 @@ def register_weight_methods(registry: MethodRegistry, store: ModelStore) -> None
             tensors = [RawTensor(t.detach().to("cpu").clone(), name) for name, t in pairs]
         return MethodOutcome({"policyVersion": loaded.policy_version}, tensors)
 
-    registry.add("clone_model", clone, thread="compute", parse_args=parse_clone)
-    registry.add("sync_weights", sync_weights, thread="compute", parse_args=parse_pair)
-    registry.add("weights_listen", weights_listen, thread="compute", parse_args=parse_listen)
-    registry.add("weights_receive", weights_receive, thread="compute", parse_args=parse_receive)
-    registry.add("weights_send", weights_send, thread="compute", parse_args=parse_send)
-    registry.add("dist_init", dist_init, thread="compute", parse_args=parse_dist_init)
+    registry.add("clone_model", clone, thread="compute", args=CLONE_ARGS)
+    registry.add("sync_weights", sync_weights, thread="compute", args=PAIR_ARGS)
+    registry.add("weights_listen", weights_listen, thread="compute", args=LISTEN_ARGS)
+    registry.add("weights_receive", weights_receive, thread="compute", args=RECEIVE_ARGS)
+    registry.add("weights_send", weights_send, thread="compute", args=SEND_ARGS)
+    registry.add("dist_init", dist_init, thread="compute", args=DIST_INIT_ARGS)
     registry.add("dist_close", dist_close, thread="compute")
-    registry.add("weights_broadcast", weights_broadcast, thread="compute", parse_args=parse_broadcast)
-    registry.add("weights_get", weights_get, thread="compute", parse_args=parse_model)
+    registry.add("weights_broadcast", weights_broadcast, thread="compute", args=BROADCAST_ARGS)
+    registry.add("weights_get", weights_get, thread="compute", args=ONLY_MODEL_ARGS)

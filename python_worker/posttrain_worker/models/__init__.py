@@ -6,8 +6,7 @@ second once torch/transformers are imported. Tests, examples and the demo load i
 ``AutoModelForCausalLM.from_pretrained(dir)`` / ``AutoTokenizer.from_pretrained(dir)``; nothing downloads a
 model. Command line: ``python -m posttrain_worker.models.tiny DIR``.
 
-The names are resolved lazily: importing this package stays cheap (no torch/transformers), and ``python -m
-posttrain_worker.models.tiny`` does not find ``tiny`` already imported by its package (runpy's warning).
+The names are resolved lazily, so importing this package stays cheap (no torch/transformers).
 """
 
 from __future__ import annotations

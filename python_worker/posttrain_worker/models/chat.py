@@ -13,6 +13,11 @@ from typing import Any
 
 import torch
 
+from posttrain_worker.codec.keys import key_name
+from posttrain_worker.codec.types import Column, HistoryColumn
+from posttrain_worker.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
+from posttrain_worker.models.store import LoadedModel
+
 
 @dataclass
 class RenderedChat:
@@ -93,3 +98,44 @@ def _tail_mask(tokenizer: Any, text: str, messages: list[dict[str, Any]], ids: l
     head = len(tokenizer(text[:start], add_special_tokens=False)["input_ids"])
     last_is_assistant = messages[-1].get("role") == "assistant"
     return [0] * head + [1 if last_is_assistant else 0] * (len(ids) - head)
+
+
+def render_rows(
+    method: str,
+    loaded: LoadedModel,
+    key: tuple[str, ...],
+    column: Column,
+    *,
+    add_generation_prompt: bool,
+    continue_final: bool,
+) -> list[RenderedChat]:
+    """Each row's conversation of the leaf ``key`` rendered by the model's chat template. A leaf that is not a
+    history leaf is ``BAD_PAYLOAD``; a model without a template, and an empty or unrenderable conversation,
+    are ``BAD_ARGUMENTS`` (naming the row)."""
+    if not isinstance(column, HistoryColumn):
+        raise WorkerFailure(BAD_PAYLOAD, f"{method}: {key_name(key)} must be a history leaf")
+    tokenizer = loaded.tokenizer
+    if not getattr(tokenizer, "chat_template", None):
+        raise WorkerFailure(BAD_ARGUMENTS, f"{method}: model {loaded.name!r} has no chat template")
+    rendered = []
+    for row, conversation in enumerate(column.rows):
+        if not conversation:
+            raise WorkerFailure(
+                BAD_ARGUMENTS, f"{method}: row {row} holds an empty conversation", {"row": row}
+            )
+        try:
+            rendered.append(
+                render_chat(
+                    tokenizer,
+                    conversation,
+                    add_generation_prompt=add_generation_prompt,
+                    continue_final=continue_final,
+                )
+            )
+        except (ValueError, TypeError, KeyError) as exc:  # jinja and HF raise these on bad messages
+            raise WorkerFailure(
+                BAD_ARGUMENTS,
+                f"{method}: row {row} could not be rendered ({type(exc).__name__}: {exc})",
+                {"row": row},
+            ) from None
+    return rendered

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from posttrain_worker.errors import WorkerFailure
 from posttrain_worker.models.errors import (
     MODEL_ALREADY_LOADED,
     MODEL_LOAD_FAILED,
@@ -28,7 +29,6 @@ from posttrain_worker.models.errors import (
 )
 from posttrain_worker.models.vllm_engine import VllmEngine, VllmOptions
 from posttrain_worker.models.vllm_import import import_vllm
-from posttrain_worker.protocol.errors import WorkerFailure
 
 BACKENDS = ("transformers", "vllm")
 """Model backends ``load_model`` accepts; ``"vllm"`` needs the vllm package (see ``vllm_import``)."""

@@ -37,12 +37,12 @@ from typing import Any
 
 import torch
 
+from posttrain_worker.errors import BAD_ARGUMENTS, INTERNAL, WorkerFailure
 from posttrain_worker.models.errors import MODEL_LOAD_FAILED
 from posttrain_worker.models.generation import GeneratedRow, eos_token_ids
 from posttrain_worker.models.sampling import SamplingParams, row_seed
 from posttrain_worker.models.vllm_import import engine_label
 from posttrain_worker.models.vllm_worker import WORKER_EXTENSION
-from posttrain_worker.protocol.errors import BAD_ARGUMENTS, INTERNAL, WorkerFailure
 
 REQUEST_SEED_BITS = 62
 """vLLM gives the ``i``-th of ``n`` samples of a request the seed ``seed + i``: 62 bits leave that room."""

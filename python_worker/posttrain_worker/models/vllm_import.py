@@ -24,8 +24,8 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+from posttrain_worker.errors import WorkerFailure
 from posttrain_worker.models.errors import BACKEND_UNAVAILABLE
-from posttrain_worker.protocol.errors import WorkerFailure
 
 log = logging.getLogger(__name__)
 

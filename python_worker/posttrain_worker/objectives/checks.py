@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from posttrain_worker.errors import BAD_PAYLOAD, WorkerFailure
 from posttrain_worker.objectives.batch import LossBatch
-from posttrain_worker.protocol.errors import BAD_PAYLOAD, WorkerFailure
 
 
 def _fail(message: str, field: str) -> WorkerFailure:

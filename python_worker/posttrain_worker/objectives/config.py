@@ -9,15 +9,13 @@ be ...``. Formulas: docs/losses.md.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from posttrain_worker.objectives.fields import ConfigFields
-from posttrain_worker.protocol.envelope import render
-from posttrain_worker.protocol.errors import BAD_ARGUMENTS, WorkerFailure
+from posttrain_worker.errors import render
+from posttrain_worker.objectives.registry import POLICY_TYPES, POLICY_VARIANTS
+from posttrain_worker.validation import ConfigFields
 
-POLICY_TYPES = ("grpo", "cispo", "gspo", "sapo")
 LOSS_TYPES = (*POLICY_TYPES, "sft")
 AGGREGATIONS = ("token_mean", "prompt_mean", "none")
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -30,14 +28,6 @@ _TRL_NORMALIZATION = {
     "bnpo": "token_mean",
     "dapo": "token_mean",
     "dr_grpo": "fixed_horizon",
-}
-
-_DEFAULT_CLIP = {"grpo": (0.2, 0.2), "cispo": (1.0, 4.0), "gspo": (3e-4, 4e-4)}
-_DEFAULT_AGGREGATION = {
-    "grpo": "token_mean",
-    "cispo": "token_mean",
-    "gspo": "prompt_mean",
-    "sapo": "token_mean",
 }
 
 
@@ -101,12 +91,8 @@ LossConfig = PolicyLossConfig | SFTLossConfig
 
 def parse_loss_config(raw: dict[str, Any]) -> LossConfig:
     """Parses the wire config; raises ``WorkerFailure(BAD_ARGUMENTS)`` naming the field on any mistake."""
-    if not isinstance(raw, dict):
-        raise WorkerFailure(
-            BAD_ARGUMENTS, f"loss must be a JSON object, got {render(raw)}", {"field": "loss"}
-        )
-    fields = ConfigFields(raw)
-    kind = fields.choice("type", LOSS_TYPES, default=None)
+    fields = ConfigFields(raw, "loss")
+    kind = fields.choice("type", LOSS_TYPES, default=None, nullable=True)
     if kind is None:
         allowed = ", ".join(f'"{t}"' for t in LOSS_TYPES)
         raise fields.fail("type", f"is required (one of {allowed})")
@@ -116,34 +102,34 @@ def parse_loss_config(raw: dict[str, Any]) -> LossConfig:
 
 
 def _parse_policy(fields: ConfigFields, kind: str) -> PolicyLossConfig:
+    variant = POLICY_VARIANTS[kind]
     low, high = 0.0, 0.0
-    if kind in _DEFAULT_CLIP:
-        low, high = fields.pair("clipEpsilon", default=_DEFAULT_CLIP[kind])
-        low_max = 1.0 if kind == "cispo" else math.nextafter(1.0, 0.0)
-        if not (0 <= low <= low_max) or high < 0:
-            bound = "<= 1" if kind == "cispo" else "< 1"
+    if variant.clip is not None:
+        low, high = fields.pair("clipEpsilon", default=variant.clip.default, scalar=True)
+        if not (0 <= low <= variant.clip.low_max) or high < 0:
             raise fields.fail(
-                "clipEpsilon", f"must be >= 0 with its low value {bound}, got {render([low, high])}"
+                "clipEpsilon",
+                f"must be >= 0 with its low value {variant.clip.low_bound}, got {render([low, high])}",
             )
     dual_clip = None
-    if kind == "grpo":
-        dual_clip = fields.optional_number("dualClip")
+    if variant.dual_clip:
+        dual_clip = fields.number("dualClip", default=None, nullable=True)
         if dual_clip is not None and dual_clip <= 1 + high:
             raise fields.fail(
                 "dualClip", f"must be > 1 + clipEpsilon high ({1 + high:g}), got {render(dual_clip)}"
             )
     temperature_pos, temperature_neg = 1.0, 1.05
-    if kind == "sapo":
+    if variant.temperatures:
         temperature_pos = fields.number("temperaturePos", default=1.0, greater_than=0)
         temperature_neg = fields.number("temperatureNeg", default=1.05, greater_than=0)
-    loss_type = fields.choice("lossType", TRL_LOSS_TYPES, default=None)
+    loss_type = fields.choice("lossType", TRL_LOSS_TYPES, default=None, nullable=True)
     if loss_type is not None and fields.has("aggregation"):
         raise fields.fail(
             "aggregation", "cannot be combined with loss.lossType (the lossType sets the normalisation)"
         )
-    aggregation = fields.choice("aggregation", AGGREGATIONS, default=_DEFAULT_AGGREGATION[kind])
+    aggregation = fields.choice("aggregation", AGGREGATIONS, default=variant.default_aggregation)
     assert aggregation is not None
-    max_completion_length = fields.optional_integer("maxCompletionLength", minimum=1)
+    max_completion_length = fields.integer("maxCompletionLength", default=None, minimum=1, nullable=True)
     if loss_type == "dr_grpo" and max_completion_length is None:
         raise fields.fail("maxCompletionLength", 'is required with loss.lossType "dr_grpo"')
     if loss_type != "dr_grpo" and max_completion_length is not None:
@@ -155,8 +141,8 @@ def _parse_policy(fields: ConfigFields, kind: str) -> PolicyLossConfig:
         clip_epsilon_low=low,
         clip_epsilon_high=high,
         dual_clip=dual_clip,
-        kl_to_ref_coeff=fields.optional_number("klToRefCoeff", minimum=0),
-        kl_to_inference_coeff=fields.optional_number("klToInferenceCoeff", minimum=0),
+        kl_to_ref_coeff=fields.number("klToRefCoeff", default=None, minimum=0, nullable=True),
+        kl_to_inference_coeff=fields.number("klToInferenceCoeff", default=None, minimum=0, nullable=True),
         kl_bias_correction=fields.boolean("klBiasCorrection", default=False),
         entropy_bonus=fields.boolean("entropyBonus", default=True),
         entropy_coeff=fields.number("entropyCoeff", default=0.01, minimum=0),
@@ -172,7 +158,7 @@ def _parse_policy(fields: ConfigFields, kind: str) -> PolicyLossConfig:
 def _parse_sft(fields: ConfigFields) -> SFTLossConfig:
     function = fields.choice("lossFunction", SFT_FUNCTIONS, default="sft")
     assert function is not None
-    coeff = fields.optional_number("klToRefCoeff", minimum=0)
+    coeff = fields.number("klToRefCoeff", default=None, minimum=0, nullable=True)
     if function == "minor_sft" and coeff:
         raise fields.fail(
             "klToRefCoeff", 'must be null or 0 with loss.lossFunction "minor_sft" (its KL is implicit)'

@@ -16,7 +16,7 @@ from posttrain_worker.objectives.batch import LossBatch, LossNorm, LossOutput
 from posttrain_worker.objectives.checks import check_base, require_advantages, require_tokens
 from posttrain_worker.objectives.config import PolicyLossConfig
 from posttrain_worker.objectives.kl import k3
-from posttrain_worker.objectives.variants import SURROGATES
+from posttrain_worker.objectives.registry import POLICY_VARIANTS
 
 
 def policy_loss(config: PolicyLossConfig, batch: LossBatch, norm: LossNorm) -> LossOutput:
@@ -27,7 +27,7 @@ def policy_loss(config: PolicyLossConfig, batch: LossBatch, norm: LossNorm) -> L
     advantages = require_advantages(batch)
     log_probs = masked(batch.log_probs, mask)
     log_ratio = log_probs - masked(old, mask)
-    surrogate = SURROGATES[config.type](config, log_ratio, log_probs, advantages, mask)
+    surrogate = POLICY_VARIANTS[config.type].surrogate(config, log_ratio, log_probs, advantages, mask)
 
     def reduce(values: Tensor, how: str = config.normalization) -> Tensor:
         return aggregate(values, mask, norm, how, max_completion_length=config.max_completion_length)

@@ -1,16 +1,21 @@
 """Per-token objectives of GRPO's variants: CISPO, GSPO and SAPO (formulas in docs/losses.md).
 
 Each takes the masked log-ratio ``lw = logp - logp_old`` (0 outside the mask), the masked current log-probs
-and the advantages (``[B, 1]`` or ``[B, T]``), and returns a :class:`~.clipping.Surrogate`.
+and the advantages (``[B, 1]`` or ``[B, T]``), and returns a :class:`~.clipping.Surrogate`. Which
+``loss.type`` runs which function is :data:`~.registry.POLICY_VARIANTS`'s.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from posttrain_worker.objectives.clipping import Surrogate, clipped_surrogate, log_clip_bounds
-from posttrain_worker.objectives.config import PolicyLossConfig
+
+if TYPE_CHECKING:  # the config module parses by the registry, which lists these functions
+    from posttrain_worker.objectives.config import PolicyLossConfig
 
 
 def grpo(
@@ -62,6 +67,3 @@ def sapo(
     )
     gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
     return Surrogate(per_token=-gate * adv, clipped=None, ratio=ratio)
-
-
-SURROGATES = {"grpo": grpo, "cispo": cispo, "gspo": gspo, "sapo": sapo}

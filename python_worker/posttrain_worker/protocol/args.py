@@ -1,139 +1,175 @@
-"""Validation of a request's ``args`` object; every mistake is a ``BAD_ARGUMENTS`` naming the argument.
+"""A method's arguments, declared: one :class:`Arg` per field of ``args``, gathered in an :class:`ArgsSchema`.
+
+The schema reads ``args`` with the bottom-level :class:`~posttrain_worker.validation.ArgReader`, so every
+mistake is a ``BAD_ARGUMENTS`` naming the argument, and an argument the method does not declare is rejected
+with the accepted list. The same declaration describes the method (``MethodRegistry.describe``,
+``python -m posttrain_worker --describe-methods``).
 
 Usage::
 
-    reader = ArgReader("compute_for", args)
-    seconds = reader.number("seconds", minimum=0)
-    reader.finish()  # rejects arguments the method does not know
+    COMPUTE_FOR_ARGS = ArgsSchema(
+        (Arg("seconds", "number", minimum=0, maximum=3600),),
+        build=itemgetter("seconds"),
+    )
+    seconds = COMPUTE_FOR_ARGS.parse("compute_for", {"seconds": 1.5})  # 1.5
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
-from posttrain_worker.protocol.envelope import render
-from posttrain_worker.protocol.errors import BAD_ARGUMENTS, WorkerFailure
+from posttrain_worker.errors import WorkerFailure
+from posttrain_worker.validation import REQUIRED, ArgReader
 
-_MISSING = object()
+__all__ = ["ARG_KINDS", "NO_ARGS", "REQUIRED", "Arg", "ArgKind", "ArgsSchema", "ParsedArgs"]
+
+ArgKind = Literal["string", "integer", "number", "boolean", "choice", "strings", "object", "json"]
+"""``strings``: an array of strings; ``object``: a JSON object (read further by the schema's ``build``);
+``json``: any JSON value, ``null`` included, passed through unchecked."""
+
+ARG_KINDS: tuple[str, ...] = get_args(ArgKind)
 
 
-class ArgReader:
-    def __init__(self, method: str, args: dict[str, Any]) -> None:
-        self.method = method
-        self.args = args
-        self._seen: set[str] = set()
+@dataclass(frozen=True)
+class Arg:
+    """One argument: its name in ``args``, its JSON kind and the rules its value obeys.
+
+    Without a ``default`` the argument is required; ``default=None`` makes it optional with nothing in its
+    place. ``nullable``: JSON ``null`` is accepted too and read as ``None`` (not as the default).
+    ``non_empty`` (strings): ``""`` is rejected.
+
+    Usage: ``Arg("dtype", "choice", choices=("float32", "bfloat16"), default="float32")``
+    """
+
+    name: str
+    kind: ArgKind
+    default: Any = REQUIRED
+    minimum: float | None = None
+    maximum: float | None = None
+    nullable: bool = False
+    choices: tuple[str, ...] = ()
+    non_empty: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARG_KINDS:
+            raise ValueError(f"argument {self.name!r}: kind must be one of {ARG_KINDS}, got {self.kind!r}")
+        if (self.kind == "choice") != bool(self.choices):
+            raise ValueError(f"argument {self.name!r}: kind 'choice' and choices go together")
+        if (self.minimum is not None or self.maximum is not None) and self.kind not in ("integer", "number"):
+            raise ValueError(f"argument {self.name!r}: minimum and maximum need kind 'integer' or 'number'")
+        if self.non_empty and self.kind != "string":
+            raise ValueError(f"argument {self.name!r}: non_empty needs kind 'string'")
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    @property
+    def accepts_null(self) -> bool:
+        return self.nullable or self.kind == "json"
+
+    def describe(self) -> dict[str, Any]:
+        """``{"type", "required", "nullable"}``, as ``--describe-methods`` prints it."""
+        return {"type": self.kind, "required": self.required, "nullable": self.accepts_null}
+
+
+class _SchemaReader(ArgReader):
+    def read(self, arg: Arg) -> Any:
+        """``arg``'s value (its default when absent), checked; marks it known for :meth:`finish`."""
+        key, default, nullable = arg.name, arg.default, arg.nullable
+        if arg.kind == "string":
+            return self.string(key, default=default, nullable=nullable, non_empty=arg.non_empty)
+        if arg.kind == "integer":
+            low = None if arg.minimum is None else int(arg.minimum)
+            high = None if arg.maximum is None else int(arg.maximum)
+            return self.integer(key, default=default, minimum=low, maximum=high, nullable=nullable)
+        if arg.kind == "number":
+            return self.number(
+                key, default=default, minimum=arg.minimum, maximum=arg.maximum, nullable=nullable
+            )
+        if arg.kind == "boolean":
+            return self.boolean(key, default=default, nullable=nullable)
+        if arg.kind == "choice":
+            return self.choice(key, arg.choices, default=default, nullable=nullable)
+        if arg.kind == "strings":
+            return self.strings(key, default=default, nullable=nullable)
+        if arg.kind == "object":
+            return self.object(key, default=default, nullable=nullable)
+        return self.json(key, default=default)
+
+
+@dataclass(frozen=True)
+class ParsedArgs:
+    """The checked arguments (every declared one, defaults filled in), handed to the schema's ``build``."""
+
+    method: str
+    values: dict[str, Any]
+    given: frozenset[str]
+    """The names the request carried (to tell an explicit default from an absent argument)."""
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
 
     def fail(self, message: str) -> WorkerFailure:
-        return WorkerFailure(BAD_ARGUMENTS, f"{self.method}: {message}")
-
-    def _get(self, key: str, required: bool) -> Any:
-        self._seen.add(key)
-        if key not in self.args:
-            if required:
-                raise self.fail(f'missing argument "{key}"')
-            return _MISSING
-        return self.args[key]
-
-    def number(
-        self,
-        key: str,
-        *,
-        required: bool = True,
-        default: float | None = None,
-        minimum: float | None = None,
-        maximum: float | None = None,
-    ) -> float | None:
-        value = self._get(key, required)
-        if value is _MISSING:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise self.fail(f'"{key}" must be a finite number, got {render(value)}')
-        if minimum is not None and value < minimum:
-            raise self.fail(f'"{key}" must be >= {minimum}, got {render(value)}')
-        if maximum is not None and value > maximum:
-            raise self.fail(f'"{key}" must be <= {maximum}, got {render(value)}')
-        return float(value)
-
-    def integer(
-        self,
-        key: str,
-        *,
-        required: bool = True,
-        default: int | None = None,
-        minimum: int | None = None,
-        maximum: int | None = None,
-        nullable: bool = False,
-    ) -> int | None:
-        """An integer; with ``nullable``, JSON ``null`` is accepted too and read as ``default``."""
-        value = self._get(key, required)
-        if value is _MISSING or (nullable and value is None):
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            kind = "an integer or null" if nullable else "an integer"
-            raise self.fail(f'"{key}" must be {kind}, got {render(value)}')
-        if minimum is not None and value < minimum:
-            raise self.fail(f'"{key}" must be >= {minimum}, got {render(value)}')
-        if maximum is not None and value > maximum:
-            raise self.fail(f'"{key}" must be <= {maximum}, got {render(value)}')
-        return value
-
-    def string(self, key: str, *, required: bool = True, default: str | None = None) -> str | None:
-        value = self._get(key, required)
-        if value is _MISSING:
-            return default
-        if not isinstance(value, str):
-            raise self.fail(f'"{key}" must be a string, got {render(value)}')
-        return value
-
-    def boolean(self, key: str, *, required: bool = True, default: bool | None = None) -> bool | None:
-        value = self._get(key, required)
-        if value is _MISSING:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(f'"{key}" must be true or false, got {render(value)}')
-        return value
-
-    def choice(
-        self, key: str, options: tuple[str, ...], *, required: bool = True, default: str | None = None
-    ) -> str | None:
-        value = self.string(key, required=required, default=default)
-        if value is not None and value not in options:
-            allowed = ", ".join(f'"{o}"' for o in options)
-            raise self.fail(f'"{key}" must be one of {allowed}, got {render(value)}')
-        return value
-
-    def strings(
-        self, key: str, *, required: bool = True, default: list[str] | None = None
-    ) -> list[str] | None:
-        """A JSON array of strings."""
-        value = self._get(key, required)
-        if value is _MISSING:
-            return None if default is None else list(default)
-        if not isinstance(value, list):
-            raise self.fail(f'"{key}" must be an array of strings, got {render(value)}')
-        for index, item in enumerate(value):
-            if not isinstance(item, str):
-                raise self.fail(f'"{key}[{index}]" must be a string, got {render(item)}')
-        return list(value)
-
-    def object(self, key: str, *, required: bool = True) -> dict[str, Any] | None:
-        value = self._get(key, required)
-        if value is _MISSING:
-            return None
-        if not isinstance(value, dict):
-            raise self.fail(f'"{key}" must be a JSON object, got {render(value)}')
-        return value
-
-    def finish(self) -> None:
-        """Reject arguments nobody asked for (most likely typos)."""
-        unknown = [key for key in self.args if key not in self._seen]
-        if unknown:
-            known = ", ".join(f'"{k}"' for k in sorted(self._seen)) or "none"
-            names = ", ".join(f'"{k}"' for k in unknown)
-            raise self.fail(f"unknown argument(s) {names}; accepted: {known}")
+        """A ``BAD_ARGUMENTS`` failure prefixed with the method's name, for checks across arguments."""
+        return ArgReader(self.method, {}).fail_message(message)
 
 
-def no_args(method: str, args: dict[str, Any]) -> None:
-    """Validator for methods that take no arguments."""
-    ArgReader(method, args).finish()
+Build = Callable[[ParsedArgs], Any]
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+@dataclass(frozen=True)
+class ArgsSchema:
+    """A method's arguments: the declared fields, and ``build`` turning the checked values into what the
+    handler gets.
+
+    ``build`` is a dataclass whose fields are the arguments' names in snake case (``maxNewTokens`` ->
+    ``max_new_tokens``), or a function of :class:`ParsedArgs` (cross-field checks and nested objects go
+    there; raise ``parsed.fail(...)``). Without ``build`` the handler gets the values as a ``dict``, or
+    ``None`` when the method takes no arguments.
+
+    Usage: ``ArgsSchema((Arg("model", "string", non_empty=True),), build=itemgetter("model"))``
+    """
+
+    fields: tuple[Arg, ...] = ()
+    build: type | Build | None = None
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.fields]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"arguments declared twice: {duplicated}")
+        if isinstance(self.build, type) and dataclasses.is_dataclass(self.build):
+            expected = {f.name for f in dataclasses.fields(self.build) if f.init}
+            got = {_snake(n) for n in names}
+            if expected != got:
+                raise ValueError(
+                    f"{self.build.__name__} has fields {sorted(expected)}, the arguments give {sorted(got)}"
+                )
+
+    def parse(self, method: str, args: dict[str, Any]) -> Any:
+        """Check ``args`` (raising ``BAD_ARGUMENTS``) and return what the handler gets."""
+        reader = _SchemaReader(method, args)
+        values = {arg.name: reader.read(arg) for arg in self.fields}
+        reader.finish()
+        if self.build is None:
+            return dict(values) if self.fields else None
+        if isinstance(self.build, type) and dataclasses.is_dataclass(self.build):
+            return self.build(**{_snake(name): value for name, value in values.items()})
+        return self.build(ParsedArgs(method, values, frozenset(args)))
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """``{argName: {"type", "required", "nullable"}}``, names sorted."""
+        return {arg.name: arg.describe() for arg in sorted(self.fields, key=lambda a: a.name)}
+
+
+NO_ARGS = ArgsSchema()
+"""The schema of a method that takes no arguments (any argument is rejected)."""

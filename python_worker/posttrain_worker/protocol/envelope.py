@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from posttrain_worker import PROTOCOL_VERSION
 from posttrain_worker.codec.types import DTYPE_TO_TORCH
+from posttrain_worker.errors import render
 from posttrain_worker.protocol.errors import BAD_ENVELOPE, UNSUPPORTED_VERSION, ProtocolViolation
 
 MAX_ID = 2**53 - 1
@@ -108,15 +109,6 @@ class Cancel:
 
 
 ClientEnvelope = Request | Heartbeat | Cancel
-
-
-def render(value: Any, limit: int = 80) -> str:
-    """A value as it appeared in the JSON, shortened for error messages."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_int(value: Any) -> bool:

@@ -1,44 +1,36 @@
 """Error codes of the wire protocol (docs/protocol.md) and the exceptions that carry them.
 
-A method, the envelope parser or the server raises :class:`WorkerFailure`; the server turns it into an
-``ok: false`` response and keeps serving. Any other exception a method raises becomes ``INTERNAL``.
+A method, the envelope parser or the server raises :class:`WorkerFailure` (defined at the bottom of the
+package, ``posttrain_worker.errors``, so that RL code can raise it without importing the protocol); the
+server turns it into an ``ok: false`` response and keeps serving. Any other exception a method raises becomes
+``INTERNAL``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from posttrain_worker.errors import BAD_ARGUMENTS, BAD_PAYLOAD, INTERNAL, WorkerFailure
+
+__all__ = [
+    "BAD_ARGUMENTS",
+    "BAD_ENVELOPE",
+    "BAD_PAYLOAD",
+    "CANCELLED",
+    "INTERNAL",
+    "PAYLOAD_TOO_LARGE",
+    "UNKNOWN_METHOD",
+    "UNSUPPORTED_VERSION",
+    "ProtocolViolation",
+    "WorkerFailure",
+    "cancelled",
+]
+
 BAD_ENVELOPE = "BAD_ENVELOPE"
 UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
 UNKNOWN_METHOD = "UNKNOWN_METHOD"
-BAD_ARGUMENTS = "BAD_ARGUMENTS"
-BAD_PAYLOAD = "BAD_PAYLOAD"
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 CANCELLED = "CANCELLED"
-INTERNAL = "INTERNAL"
-
-ERROR_CODES: frozenset[str] = frozenset(
-    {
-        BAD_ENVELOPE,
-        UNSUPPORTED_VERSION,
-        UNKNOWN_METHOD,
-        BAD_ARGUMENTS,
-        BAD_PAYLOAD,
-        PAYLOAD_TOO_LARGE,
-        CANCELLED,
-        INTERNAL,
-    }
-)
-
-
-class WorkerFailure(Exception):
-    """A failure the worker reports to the client as ``{code, message, details}``."""
-
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.details: dict[str, Any] = dict(details) if details else {}
 
 
 class ProtocolViolation(WorkerFailure):

@@ -21,7 +21,7 @@ from posttrain_worker.protocol.envelope import (
     describe_payload,
 )
 from posttrain_worker.protocol.errors import BAD_PAYLOAD, PAYLOAD_TOO_LARGE, WorkerFailure
-from posttrain_worker.server.registry import InputPayload, RawTensor
+from posttrain_worker.server.registry import InputPayload, OutputPayload, RawTensor
 
 
 def frame_size(frame: zmq.Frame | bytes | memoryview) -> int:
@@ -86,7 +86,9 @@ def decode_payloads(
     return decoded
 
 
-def encode_payloads(outputs: Sequence[Any]) -> tuple[list[PayloadDescriptor], list[Any]]:
+def encode_payloads(
+    outputs: Sequence[OutputPayload | zmq.Frame],
+) -> tuple[list[PayloadDescriptor], list[Any]]:
     """Encode a handler's output payloads into (descriptors, frame buffers)."""
     descriptors: list[PayloadDescriptor] = []
     frames: list[Any] = []

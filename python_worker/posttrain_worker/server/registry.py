@@ -1,8 +1,10 @@
 """The method registry: name -> handler, the thread it runs on, its argument and payload rules.
 
-The server knows nothing about what methods do: ``cli.py`` (or a test) registers them. A handler gets a
-:class:`CallContext` (decoded payloads, cancellation, worker facts) and the arguments its ``parse_args``
-returned, and returns a JSON-able ``dict`` or a :class:`MethodOutcome` when it sends payloads back.
+The server knows nothing about what methods do: ``methods/`` (and worker extensions, ``--extension``)
+register them. A handler gets a :class:`CallContext` (decoded payloads, cancellation, worker facts) and
+what its :class:`~posttrain_worker.protocol.args.ArgsSchema` built from ``args``, and returns a JSON-able
+``dict`` or a :class:`MethodOutcome` when it sends payloads back. :meth:`MethodRegistry.describe` lists
+every method with its thread, payload rule and argument fields (``--describe-methods``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Literal
 import torch
 
 from posttrain_worker.codec.types import TensorBatch
-from posttrain_worker.protocol.args import no_args
+from posttrain_worker.protocol.args import NO_ARGS, ArgsSchema
 from posttrain_worker.protocol.envelope import PayloadDescriptor, PayloadKind
 from posttrain_worker.protocol.errors import BAD_PAYLOAD, UNKNOWN_METHOD, WorkerFailure, cancelled
 
@@ -74,7 +76,6 @@ class CallContext:
 
 
 Handler = Callable[[CallContext, Any], MethodOutcome | dict[str, Any]]
-ArgParser = Callable[[str, dict[str, Any]], Any]
 PayloadRule = Literal["any"] | tuple[PayloadKind, ...]
 
 
@@ -83,10 +84,18 @@ class MethodSpec:
     name: str
     handler: Handler
     thread: Thread
-    parse_args: ArgParser = no_args
-    """Validates ``args`` (raising ``BAD_ARGUMENTS``) and returns what the handler gets."""
+    args: ArgsSchema = NO_ARGS
+    """The arguments the method takes; parsing them (``BAD_ARGUMENTS`` on a mistake) gives the handler's."""
     payloads: PayloadRule = ()
     """``"any"``, or the exact sequence of payload kinds the method takes."""
+
+    def parse_args(self, method: str, args: dict[str, Any]) -> Any:
+        """What the handler gets for ``args``; mistakes are ``BAD_ARGUMENTS`` naming ``method``."""
+        return self.args.parse(method, args)
+
+    def describe(self) -> dict[str, Any]:
+        payloads: str | list[str] = "any" if self.payloads == "any" else list(self.payloads)
+        return {"thread": self.thread, "payloads": payloads, "args": self.args.describe()}
 
 
 class MethodRegistry:
@@ -98,6 +107,8 @@ class MethodRegistry:
             raise ValueError(f"method {spec.name!r} is already registered")
         if spec.thread not in ("io", "compute"):
             raise ValueError(f"method {spec.name!r}: thread must be 'io' or 'compute', got {spec.thread!r}")
+        if not isinstance(spec.args, ArgsSchema):
+            raise ValueError(f"method {spec.name!r}: args must be an ArgsSchema, got {spec.args!r}")
         self._methods[spec.name] = spec
 
     def add(
@@ -106,14 +117,22 @@ class MethodRegistry:
         handler: Handler,
         *,
         thread: Thread,
-        parse_args: ArgParser = no_args,
+        args: ArgsSchema = NO_ARGS,
         payloads: PayloadRule = (),
     ) -> None:
-        self.register(MethodSpec(name, handler, thread, parse_args, payloads))
+        """Register ``handler`` as ``name``, e.g. ``registry.add("unload_model", unload, thread="compute",
+        args=ArgsSchema((Arg("name", "string"),), build=itemgetter("name")))``."""
+        self.register(MethodSpec(name, handler, thread, args, payloads))
 
     @property
     def names(self) -> list[str]:
+        """The registered method names, in registration order (the handshake's ``capabilities.methods``)."""
         return list(self._methods)
+
+    def describe(self) -> dict[str, Any]:
+        """Every method as JSON: ``{"methods": {name: {"thread", "payloads", "args": {argName: {"type",
+        "required", "nullable"}}}}}``, names sorted; ``payloads`` is ``"any"`` or the list of kinds."""
+        return {"methods": {name: self._methods[name].describe() for name in sorted(self._methods)}}
 
     def lookup(self, name: str) -> MethodSpec:
         spec = self._methods.get(name)

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 import torch
 
 from posttrain_worker.codec.keys import key_name, leaf_keys, lookup
-from posttrain_worker.codec.types import Column, Ragged, TensorBatch
-from posttrain_worker.protocol.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
+from posttrain_worker.codec.rows import column_rows
+from posttrain_worker.codec.types import Ragged, TensorBatch
+from posttrain_worker.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
+from posttrain_worker.models.prompts import check_ids, check_lengths, token_rows
 
 TOKENS = ("tokens", "full")
 PROMPT = ("tokens", "prompt")
@@ -70,18 +72,6 @@ class TrainBatch:
         return TrainBatch(self.rows, self.mask, self.old_log_probs, ref_log_probs, self.advantages)
 
 
-def _rows_of(method: str, key: tuple[str, ...], column: Column, batch: TensorBatch) -> list[torch.Tensor]:
-    """A per-token column as one 1-D CPU tensor per row (ragged, or dense ``[*batch, L]``)."""
-    if isinstance(column, Ragged) and column.values.dim() == 1:
-        bounds = column.offsets.to(torch.int64).tolist()
-        return [column.values[bounds[i] : bounds[i + 1]].cpu() for i in range(batch.rows)]
-    if isinstance(column, torch.Tensor) and column.dim() == len(batch.batch_size) + 1:
-        return list(column.reshape(batch.rows, column.shape[-1]).cpu().unbind(0))
-    raise WorkerFailure(
-        BAD_PAYLOAD, f"{method}: {key_name(key)} must be ragged with one value per token (or [batch, length])"
-    )
-
-
 def _check_lengths(
     method: str, key: tuple[str, ...], rows: Sequence[torch.Tensor], lengths: list[int]
 ) -> None:
@@ -110,7 +100,7 @@ def _attention(lengths: list[int]) -> torch.Tensor:
 def _float_rows(method: str, key: tuple[str, ...], batch: TensorBatch, lengths: list[int]) -> torch.Tensor:
     column = lookup(batch, key)
     assert column is not None
-    rows = _rows_of(method, key, column, batch)
+    rows = column_rows(method, key, column, batch)
     if rows and not rows[0].dtype.is_floating_point:
         raise WorkerFailure(BAD_PAYLOAD, f"{method}: {key_name(key)} must hold floats, got {rows[0].dtype}")
     _check_lengths(method, key, rows, lengths)
@@ -122,35 +112,13 @@ def _token_rows(
 ) -> list[torch.Tensor]:
     column = lookup(batch, TOKENS)
     assert column is not None
-    rows = _rows_of(method, TOKENS, column, batch)
-    dtype = rows[0].dtype if rows else torch.int64
-    if dtype.is_floating_point or dtype == torch.bool:
-        raise WorkerFailure(BAD_PAYLOAD, f"{method}: {key_name(TOKENS)} must hold integer ids, got {dtype}")
-    lengths = [int(r.numel()) for r in rows]
-    for index, length in enumerate(lengths):
-        if length == 0:
+    rows = token_rows(method, TOKENS, column, batch)
+    for index, row in enumerate(rows):
+        if row.numel() == 0:
             raise WorkerFailure(BAD_ARGUMENTS, f"{method}: row {index} has no tokens", {"row": index})
-        if max_positions is not None and length > max_positions:
-            raise WorkerFailure(
-                BAD_ARGUMENTS,
-                f"{method}: row {index} has {length} tokens, more than the model's "
-                f"maxPositionEmbeddings ({max_positions})",
-                {"row": index, "length": length, "limit": max_positions},
-            )
-    # One check over all the ids; the row is looked for only when one is out of range.
-    flat = torch.cat(rows)
-    if bool(((flat < 0) | (flat >= vocab_size)).any()):
-        for index, row in enumerate(rows):
-            bad = (row < 0) | (row >= vocab_size)
-            if bool(bad.any()):
-                token = int(row[int(torch.nonzero(bad)[0])])
-                raise WorkerFailure(
-                    BAD_ARGUMENTS,
-                    f"{method}: row {index} holds token id {token}, outside the model's vocabulary "
-                    f"[0, {vocab_size})",
-                    {"row": index, "tokenId": token, "vocabSize": vocab_size},
-                )
-    return rows if dtype == torch.int64 else [r.to(torch.int64) for r in rows]
+    check_lengths(method, rows, max_positions)
+    check_ids(method, rows, vocab_size)
+    return rows
 
 
 def _loss_mask(method: str, batch: TensorBatch, lengths: list[int], masking: str) -> torch.Tensor:
@@ -160,19 +128,19 @@ def _loss_mask(method: str, batch: TensorBatch, lengths: list[int], masking: str
     attention = _attention(lengths)
     given = lookup(batch, ATTENTION_MASK)
     if given is not None:
-        rows = _rows_of(method, ATTENTION_MASK, given, batch)
+        rows = column_rows(method, ATTENTION_MASK, given, batch)
         _check_lengths(method, ATTENTION_MASK, rows, lengths)
         attention &= _pad([r != 0 for r in rows], width, torch.bool)
     assistant: torch.Tensor | None = None
     column = lookup(batch, ASSISTANT_MASK)
     if column is not None:
-        rows = _rows_of(method, ASSISTANT_MASK, column, batch)
+        rows = column_rows(method, ASSISTANT_MASK, column, batch)
         _check_lengths(method, ASSISTANT_MASK, rows, lengths)
         assistant = _pad([r != 0 for r in rows], width, torch.bool)
     prompt_lengths: torch.Tensor | None = None
     prompt = lookup(batch, PROMPT)
     if prompt is not None and not (masking == "sft_loss" and assistant is not None):
-        counts = [int(r.numel()) for r in _rows_of(method, PROMPT, prompt, batch)]
+        counts = [int(r.numel()) for r in column_rows(method, PROMPT, prompt, batch)]
         for index, (start, end) in enumerate(zip(counts, lengths, strict=True)):
             if start > end:
                 raise WorkerFailure(
@@ -195,7 +163,7 @@ def _advantages(method: str, batch: TensorBatch, lengths: list[int]) -> torch.Te
     if isinstance(column, Ragged):
         if not column.values.dtype.is_floating_point:
             raise WorkerFailure(BAD_PAYLOAD, f"{method}: {key_name(ADVANTAGE)} must hold floats")
-        rows = _rows_of(method, ADVANTAGE, column, batch)
+        rows = column_rows(method, ADVANTAGE, column, batch)
         _check_lengths(method, ADVANTAGE, rows, lengths)
         return _pad(rows, width, torch.float32)
     if isinstance(column, torch.Tensor) and column.dtype.is_floating_point:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.protocol.errors import BAD_ARGUMENTS, WorkerFailure
+from posttrain_worker.errors import BAD_ARGUMENTS, WorkerFailure
 from posttrain_worker.training.errors import CHECKPOINT_INVALID, CHECKPOINT_NOT_FOUND
 from posttrain_worker.training.lora import is_peft_model
 from posttrain_worker.training.trainer import Trainer

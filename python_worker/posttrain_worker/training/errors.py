@@ -1,4 +1,6 @@
-"""Error codes of training, checkpoints and weight sync (in addition to the protocol's, docs/protocol.md)."""
+"""Error codes of training, checkpoints and weight sync (in addition to the protocol's, docs/protocol.md).
+
+``WEIGHT_SYNC_FAILED`` is raised by ``transfer`` as well (the peer never came, or sent what does not fit)."""
 
 TRAINER_NOT_FOUND = "TRAINER_NOT_FOUND"
 """No trainer is bound to that model (``trainer_create`` first), or its model was unloaded or replaced."""
@@ -16,5 +18,3 @@ CHECKPOINT_INVALID = "CHECKPOINT_INVALID"
 """The directory is not a complete checkpoint of this trainer's model (missing files or tensors)."""
 WEIGHT_SYNC_FAILED = "WEIGHT_SYNC_FAILED"
 """A weight transfer did not complete: the peer never came, timed out, or sent tensors that do not fit."""
-DISTRIBUTED_ERROR = "DISTRIBUTED_ERROR"
-"""torch.distributed could not be set up, or is not set up for a broadcast."""

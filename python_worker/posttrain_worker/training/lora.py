@@ -10,9 +10,9 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from posttrain_worker.protocol.errors import WorkerFailure
+from posttrain_worker.errors import WorkerFailure
 from posttrain_worker.training.errors import LORA_UNAVAILABLE
-from posttrain_worker.training.fields import SectionReader
+from posttrain_worker.validation import ArgReader
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,16 @@ class LoraConfig:
 
 def parse_lora(method: str, raw: Any) -> LoraConfig:
     """``{r, alpha?, dropout?, targetModules?}``; ``alpha`` defaults to ``2 r``."""
-    reader = SectionReader(method, "lora", raw)
-    r = reader.integer(reader.key("r"), minimum=1)
+    reader = ArgReader(method, raw, section="lora")
+    r = reader.integer("r", minimum=1)
     assert r is not None
-    alpha = reader.number(reader.key("alpha"), required=False, default=2.0 * r, minimum=0)
-    dropout = reader.number(reader.key("dropout"), required=False, default=0.0, minimum=0, maximum=1)
-    targets = reader.strings(reader.key("targetModules"), required=False)
+    alpha = reader.number("alpha", default=2.0 * r, minimum=0)
+    dropout = reader.number("dropout", default=0.0, minimum=0, maximum=1)
+    targets = reader.strings("targetModules", default=None)
     reader.finish()
     assert alpha is not None and dropout is not None
     if targets is not None and not targets:
-        raise reader.fail(f'"{reader.key("targetModules")}" must not be empty (leave it out for the default)')
+        raise reader.fail("targetModules", "must not be empty (leave it out for the default)")
     return LoraConfig(r, alpha, dropout, tuple(targets) if targets is not None else None)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.training.fields import SectionReader
+from posttrain_worker.validation import ArgReader
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
 _DEFAULT_DECAY = {"adamw": 0.01, "adam": 0.0, "sgd": 0.0}
@@ -41,26 +41,24 @@ class OptimizerConfig:
 def parse_optimizer(method: str, raw: Any) -> OptimizerConfig:
     """``{type, lr, weightDecay?, betas?, eps?}`` (Adam family) or ``{type: "sgd", lr, weightDecay?,
     momentum?, nesterov?}``; fields of the other family are rejected as unknown."""
-    reader = SectionReader(method, "optimizer", raw)
-    kind = reader.choice(reader.key("type"), OPTIMIZERS)
+    reader = ArgReader(method, raw, section="optimizer")
+    kind = reader.choice("type", OPTIMIZERS)
     assert kind is not None
-    lr = reader.number(reader.key("lr"), minimum=0)
-    decay = reader.number(reader.key("weightDecay"), required=False, default=_DEFAULT_DECAY[kind], minimum=0)
+    lr = reader.number("lr", minimum=0)
+    decay = reader.number("weightDecay", default=_DEFAULT_DECAY[kind], minimum=0)
     assert lr is not None and decay is not None
     if kind == "sgd":
-        momentum = reader.number(reader.key("momentum"), required=False, default=0.0, minimum=0, maximum=1)
-        nesterov = reader.boolean(reader.key("nesterov"), required=False, default=False)
+        momentum = reader.number("momentum", default=0.0, minimum=0, maximum=1)
+        nesterov = reader.boolean("nesterov", default=False)
         reader.finish()
         assert momentum is not None and nesterov is not None
         if nesterov and momentum == 0:
-            raise reader.fail(f'"{reader.key("nesterov")}" needs "{reader.key("momentum")}" > 0')
+            raise reader.fail("nesterov", f'needs "{reader.name("momentum")}" > 0')
         return OptimizerConfig(kind, lr, decay, momentum=momentum, nesterov=nesterov)
-    betas = reader.unit_pair(reader.key("betas"), (0.9, 0.999))
-    eps = reader.number(reader.key("eps"), required=False, default=1e-8, minimum=0)
+    betas = reader.pair("betas", default=(0.9, 0.999), within=(0, 1))
+    eps = reader.number("eps", default=1e-8, greater_than=0)
     reader.finish()
     assert eps is not None
-    if eps <= 0:
-        raise reader.fail(f'"{reader.key("eps")}" must be > 0, got {eps:g}')
     return OptimizerConfig(kind, lr, decay, betas=betas, eps=eps)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.training.fields import SectionReader
+from posttrain_worker.validation import ArgReader
 
 SCHEDULES = ("constant", "linear", "cosine")
 
@@ -40,21 +40,20 @@ class ScheduleConfig:
 def parse_schedule(method: str, raw: Any) -> ScheduleConfig:
     """``{type: "constant", warmupSteps?}`` or ``{type: "linear" | "cosine", totalSteps, warmupSteps?,
     minLrRatio?}``."""
-    reader = SectionReader(method, "schedule", raw)
-    kind = reader.choice(reader.key("type"), SCHEDULES)
-    warmup = reader.integer(reader.key("warmupSteps"), required=False, default=0, minimum=0)
+    reader = ArgReader(method, raw, section="schedule")
+    kind = reader.choice("type", SCHEDULES)
+    warmup = reader.integer("warmupSteps", default=0, minimum=0)
     assert kind is not None and warmup is not None
     if kind == "constant":
         reader.finish()
         return ScheduleConfig(kind, warmup)
-    total = reader.integer(reader.key("totalSteps"), minimum=1)
-    min_ratio = reader.number(reader.key("minLrRatio"), required=False, default=0.0, minimum=0, maximum=1)
+    total = reader.integer("totalSteps", minimum=1)
+    min_ratio = reader.number("minLrRatio", default=0.0, minimum=0, maximum=1)
     reader.finish()
     assert total is not None and min_ratio is not None
     if warmup >= total:
         raise reader.fail(
-            f'"{reader.key("warmupSteps")}" ({warmup}) must be less than '
-            f'"{reader.key("totalSteps")}" ({total})'
+            "warmupSteps", f'({warmup}) must be less than "{reader.name("totalSteps")}" ({total})'
         )
     return ScheduleConfig(kind, warmup, total, min_ratio)
 

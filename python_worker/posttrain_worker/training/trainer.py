@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from posttrain_worker.errors import WorkerFailure
 from posttrain_worker.models.generation import pad_token_id
 from posttrain_worker.models.store import LoadedModel
-from posttrain_worker.protocol.errors import WorkerFailure
 from posttrain_worker.training.batch import Needs, TrainBatch
 from posttrain_worker.training.errors import NON_FINITE_GRADIENT, NON_FINITE_LOSS
 from posttrain_worker.training.forward import policy_forward

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from posttrain_worker.codec.types import DTYPE_TO_TORCH, TORCH_TO_DTYPE
+from posttrain_worker.errors import WorkerFailure
 from posttrain_worker.models.store import LoadedModel
-from posttrain_worker.protocol.errors import WorkerFailure
 from posttrain_worker.training.errors import WEIGHT_SYNC_FAILED
 from posttrain_worker.training.lora import is_peft_model
 

@@ -16,7 +16,7 @@ export const grpoCommand = trainingCommand({
   summary: "Train with GRPO (DAPO, CISPO, GSPO, SAPO) from a run config: posttrain grpo --config run.yaml",
   help: HELP,
   load: async () => {
-    const { GRPOTrainer, GRPOTrainerConfigSchema } = await import("../../trainers/index.js");
+    const { GRPOTrainer, GRPOTrainerConfigSchema } = await import("../../runs/index.js");
     return { schema: GRPOTrainerConfigSchema, create: (config, options) => GRPOTrainer.create(config, options) };
   },
 });

@@ -16,7 +16,7 @@ export const sftCommand = trainingCommand({
   summary: "Supervised fine-tuning from a run config: posttrain sft --config run.yaml",
   help: HELP,
   load: async () => {
-    const { SFTTrainer, SFTTrainerConfigSchema } = await import("../../trainers/index.js");
+    const { SFTTrainer, SFTTrainerConfigSchema } = await import("../../runs/index.js");
     return { schema: SFTTrainerConfigSchema, create: (config, options) => SFTTrainer.create(config, options) };
   },
 });

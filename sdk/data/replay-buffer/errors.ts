@@ -3,7 +3,7 @@
  * with a stable `code`; bad options and arguments throw the project-wide {@link InvalidArgumentError}
  * (`INVALID_ARGUMENT`) naming the field.
  */
-import { InvalidArgumentError, PosttrainError } from "../../../bridge/errors.js";
+import { InvalidArgumentError, PosttrainError } from "../../core/errors.js";
 
 export { InvalidArgumentError, PosttrainError };
 

@@ -7,9 +7,10 @@ import type { NestedKey } from "../../tensordict/keys.js";
 import { RaggedTensor } from "../../tensordict/ragged.js";
 import { Tensor } from "../../tensordict/tensor.js";
 import type { TensorDict } from "../../tensordict/tensordict.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { lazyCat } from "./collate.js";
 import { InvalidArgumentError } from "./errors.js";
+import { groupStats, normalizeGroup } from "./group-stats.js";
 import { NestedKeySchema } from "./options.js";
 import { leafNumbers, reduce } from "./reduce.js";
 import { groupId, likeReward, splitTrajectories } from "./trajectories.js";
@@ -104,20 +105,6 @@ const CountersStateSchema = z.strictObject({
   writtenGroups: z.number().int().min(0),
   droppedGroups: z.number().int().min(0),
 });
-
-/** Mean and unbiased (Bessel-corrected, as `torch.std`) standard deviation; the std of one value is NaN. */
-function meanStd(values: ArrayLike<number>): { mean: number; std: number } {
-  const n = values.length;
-  let sum = 0;
-  for (let i = 0; i < n; i++) sum += values[i]!;
-  const mean = sum / n;
-  let sq = 0;
-  for (let i = 0; i < n; i++) sq += (values[i]! - mean) ** 2;
-  return { mean, std: Math.sqrt(sq / (n - 1)) };
-}
-
-/** `Math.max` that keeps a NaN, as `torch.clamp_min`. */
-const clampMin = (x: number, floor: number): number => (Number.isNaN(x) ? x : Math.max(x, floor));
 
 function rewardLeaf(td: TensorDict, key: NestedKey): Tensor | RaggedTensor {
   const value = td.get(key);
@@ -216,20 +203,18 @@ export class MCAdvantage implements ReplayBufferTransform {
     const group = lazyCat(trajectories);
     const reward = rewardLeaf(group, this.#options.rewardsKey);
     const values = leafNumbers(group, this.#options.rewardsKey, "MCAdvantage");
-    const { mean, std } = meanStd(values);
-    const scale = clampMin(std, this.#options.eps);
-    return group.set(this.#options.advantageKey, likeReward(reward, values.map((r) => (r - mean) / scale)));
+    return group.set(this.#options.advantageKey, likeReward(reward, normalizeGroup(values, this.#options.eps)));
   }
 
   #perTrajectory(trajectories: readonly TensorDict[], mode: "sum" | "max" | "mean"): TensorDict | null {
     const o = this.#options;
     const returns = trajectories.map((t) => reduce(leafNumbers(t, o.rewardsKey, "MCAdvantage"), mode));
-    const { mean, std } = meanStd(returns);
-    if (o.keepReturnBounds !== undefined && !(o.keepReturnBounds[0] < mean && mean < o.keepReturnBounds[1])) return null;
-    const scale = clampMin(std, o.eps);
+    const stats = groupStats(returns);
+    if (o.keepReturnBounds !== undefined && !(o.keepReturnBounds[0] < stats.mean && stats.mean < o.keepReturnBounds[1])) return null;
+    const advantages = normalizeGroup(returns, o.eps, stats);
     const withAdvantage = trajectories.map((t, i) => {
       const reward = rewardLeaf(t, o.rewardsKey);
-      const advantage = (returns[i]! - mean) / scale;
+      const advantage = advantages[i]!;
       return t.exclude().set(o.advantageKey, likeReward(reward, new Float64Array(reward.numel()).fill(advantage)));
     });
     return lazyCat(withAdvantage);

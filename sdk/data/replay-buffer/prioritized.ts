@@ -3,7 +3,7 @@
  */
 import { z } from "zod";
 import type { JsonObject } from "../message.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { InvalidArgumentError } from "./errors.js";
 import type { SeededRng } from "./rng.js";
 import { Sampler, type SampleResult } from "./samplers.js";

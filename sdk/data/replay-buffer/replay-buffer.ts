@@ -9,7 +9,7 @@ import type { NestedKey } from "../../tensordict/keys.js";
 import { RaggedTensor } from "../../tensordict/ragged.js";
 import { Tensor } from "../../tensordict/tensor.js";
 import { TensorDict } from "../../tensordict/tensordict.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { unbindRows } from "./collate.js";
 import { ReplayBufferEmptyError, ReplayBufferFileError } from "./errors.js";
 import { readBufferFile, writeBufferFile } from "./file.js";

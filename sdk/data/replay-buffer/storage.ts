@@ -3,7 +3,7 @@
  * the written data along its first batch dimension. The two differ in how sampled rows are put together.
  */
 import { z } from "zod";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import type { TensorDict } from "../../tensordict/tensordict.js";
 import { lazyStack, type LazyStack } from "./collate.js";
 import { InvalidArgumentError } from "./errors.js";

@@ -3,7 +3,7 @@
  */
 import { z } from "zod";
 import type { TensorDict } from "../../tensordict/tensordict.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { lazyCat } from "./collate.js";
 import { NestedKeySchema } from "./options.js";
 import { leafNumbers, reduce } from "./reduce.js";

@@ -6,7 +6,7 @@ import { z } from "zod";
 import type { JsonObject } from "../message.js";
 import { formatKey, type NestedKey } from "../../tensordict/keys.js";
 import type { TensorDict } from "../../tensordict/tensordict.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { InvalidArgumentError } from "./errors.js";
 import { NestedKeySchema } from "./options.js";
 import { leafNumbers, reduce } from "./reduce.js";

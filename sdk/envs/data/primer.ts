@@ -5,13 +5,10 @@
  */
 import { z } from "zod";
 import { TensorDict } from "../../tensordict/index.js";
-import { parseOptions } from "../../workers/options.js";
-import { throwIfAborted, type EnvCallOptions } from "../env-base.js";
+import { parseOptions } from "../../core/index.js";
 import { DatasetExhaustedError, InvalidArgumentError } from "../errors.js";
-import { RESET_KEY } from "../keys.js";
-import { mergeRows, readFlags } from "../rows.js";
-import { Transform } from "../transform.js";
 import { buildColumns, columnLeaf, FieldsSchema, type DatasetColumns, type FieldKind } from "./fields.js";
+import { PrimerBase } from "./primer-base.js";
 import { readDatasetFile } from "./read.js";
 import { seededPermutation } from "./shuffle.js";
 
@@ -60,7 +57,7 @@ type Resolved = z.output<typeof DataLoadingPrimerOptionsSchema>;
  * times in a row. So with `repeats: 4` and batch size `[8]`, one reset gives two groups of 4 identical prompts.
  * Pick a batch size that is a multiple of `repeats` so that groups never straddle two resets.
  */
-export class DataLoadingPrimer extends Transform {
+export class DataLoadingPrimer extends PrimerBase {
   /** The resolved options. */
   readonly config: Readonly<Resolved>;
   readonly #files: readonly string[];
@@ -178,22 +175,5 @@ export class DataLoadingPrimer extends Transform {
     const td = new TensorDict({}, { batchSize });
     for (const key of columns.keys) td.set(key, columnLeaf(columns, key, rows, batchSize));
     return td;
-  }
-
-  /** Puts the next samples into the rows being reset (all rows, or those of the `"_reset"` mask). */
-  override async beforeReset(td: TensorDict, options: EnvCallOptions): Promise<TensorDict> {
-    throwIfAborted(options.signal, "DataLoadingPrimer.beforeReset");
-    const columns = await this.load();
-    const rows = td.numel();
-    const mask = td.has(RESET_KEY) ? readFlags(td, RESET_KEY) : new Array<boolean>(rows).fill(true);
-    const count = mask.filter((m) => m).length;
-    const picked = this.#next(count, columns.size);
-    let k = 0;
-    const perRow = mask.map((m) => (m ? picked[k++]! : (picked[0] ?? 0)));
-    const fresh = this.#build(columns, perRow, td.batchSize);
-    const merged = mask.every((m) => m) ? fresh : mergeRows(td, fresh, mask);
-    const out = td.exclude();
-    for (const [key, value] of merged.entries({ nested: true, leavesOnly: true })) out.set(key, value);
-    return out;
   }
 }

@@ -3,7 +3,7 @@
  * {@link CountdownPrimer} instead of a dataset file, with the Countdown reward (1.0 / 0.1 / 0).
  */
 import { z } from "zod";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { ChatEnv, ChatEnvOptionsSchema } from "../chat-env.js";
 import { TransformedEnv } from "../transform.js";
 import { countdownScore } from "./countdown.js";

@@ -4,8 +4,8 @@
  * Puzzles are generated procedurally from a seed; answers are checked by exact rational evaluation.
  */
 import { z } from "zod";
-import { InvalidArgumentError } from "../../../bridge/errors.js";
-import { parseOptions } from "../../workers/options.js";
+import { InvalidArgumentError } from "../../core/errors.js";
+import { parseOptions } from "../../core/index.js";
 import { evaluateArithmetic, rationalToNumber, type ArithmeticErrorReason } from "./arithmetic.js";
 import { SeededRandom } from "./random.js";
 import { TieredRewardOptionsSchema, tieredScore, type TaskScore, type TieredRewardOptions } from "./score.js";

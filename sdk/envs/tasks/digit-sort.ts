@@ -5,14 +5,11 @@
  * seeded; a hash of the digit string splits them into a training and a held-out split that never meet.
  */
 import { z } from "zod";
-import { TensorDict } from "../../tensordict/index.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/validation.js";
 import { ChatEnv, ChatEnvOptionsSchema } from "../chat-env.js";
-import { throwIfAborted, type EnvCallOptions } from "../env-base.js";
-import { RESET_KEY } from "../keys.js";
+import { GeneratorPrimer, GeneratorPrimerOptionsSchema } from "../data/primer-base.js";
 import { RewardTransform } from "../rewards.js";
-import { mergeRows, readFlags } from "../rows.js";
-import { Transform, TransformedEnv } from "../transform.js";
+import { TransformedEnv } from "../transform.js";
 import { SeededRandom } from "./random.js";
 import { DEFAULT_EOS_TOKENS, stripEos } from "./tags.js";
 
@@ -30,10 +27,7 @@ export const DigitSortOptionsSchema = z
     split: z.enum(["train", "eval"]).default("train"),
     /** Seed of the stream; the same seed gives the same prompts (default 0). */
     seed: z.number().int().default(0),
-    /** How many times each prompt is delivered in a row (the GRPO group size; default 1). */
-    repeats: z.number().int().min(1).default(1),
-    /** Samples already delivered (repeats included): resume the same stream from there. Default 0. */
-    position: z.number().int().nonnegative().default(0),
+    ...GeneratorPrimerOptionsSchema.shape,
   });
 
 /** Options of {@link DigitSortPrimer} (and the stream of {@link DigitSortEnv}). */
@@ -120,64 +114,14 @@ export function digitSortSplitSize(numDigits: number, heldOutFraction: number, s
  * Feeds seeded digit-sort problems into a chat env at reset (`"query"`, `"answer"`), each `repeats` times in a row,
  * like `CountdownPrimer`; `position` resumes the stream.
  */
-export class DigitSortPrimer extends Transform {
+export class DigitSortPrimer extends GeneratorPrimer<DigitSortProblem> {
   /** The resolved options. */
   readonly config: Readonly<z.output<typeof DigitSortOptionsSchema>>;
-  #generator: DigitSortGenerator;
-  #current: DigitSortProblem | undefined;
-  #position = 0;
 
   constructor(options: DigitSortOptions = {}) {
-    super();
-    this.config = parseOptions(DigitSortOptionsSchema, options, "DigitSortPrimer options");
-    this.#generator = new DigitSortGenerator(this.config);
-    this.#take(this.config.position);
-  }
-
-  /** Samples delivered so far, repeats included (pass it back as `position` to resume). */
-  get position(): number {
-    return this.#position;
-  }
-
-  /** Starts the stream again from its first problem. */
-  resetDataloader(): this {
-    this.#generator = new DigitSortGenerator(this.config);
-    this.#current = undefined;
-    this.#position = 0;
-    return this;
-  }
-
-  #take(count: number): DigitSortProblem[] {
-    const out: DigitSortProblem[] = [];
-    for (let i = 0; i < count; i++) {
-      if (this.#position % this.config.repeats === 0 || this.#current === undefined) this.#current = this.#generator.problem();
-      out.push(this.#current);
-      this.#position++;
-    }
-    return out;
-  }
-
-  /** The next `count` samples as problems (advances the stream). */
-  problems(count: number): DigitSortProblem[] {
-    return this.#take(parseOptions(z.number().int().nonnegative(), count, "DigitSortPrimer.problems count"));
-  }
-
-  /** Puts the next problems into the rows being reset (all rows, or those of the `"_reset"` mask). */
-  override beforeReset(td: TensorDict, options: EnvCallOptions): TensorDict {
-    throwIfAborted(options.signal, "DigitSortPrimer.beforeReset");
-    const rows = td.numel();
-    const mask = td.has(RESET_KEY) ? readFlags(td, RESET_KEY) : new Array<boolean>(rows).fill(true);
-    const picked = this.#take(mask.filter(Boolean).length);
-    let k = 0;
-    const perRow = mask.map((m) => (m ? picked[k++]! : (picked[0] ?? this.#current)));
-    const fresh = new TensorDict(
-      { query: perRow.map((p) => p?.query ?? ""), answer: perRow.map((p) => p?.answer ?? "") },
-      { batchSize: td.batchSize },
-    );
-    const merged = mask.every(Boolean) ? fresh : mergeRows(td, fresh, mask);
-    const out = td.exclude();
-    for (const [key, value] of merged.entries({ nested: true, leavesOnly: true })) out.set(key, value);
-    return out;
+    const config = parseOptions(DigitSortOptionsSchema, options, "DigitSortPrimer options");
+    super(() => new DigitSortGenerator(config), config);
+    this.config = config;
   }
 }
 

@@ -1,7 +1,7 @@
 /**
  * Typed errors of the task environments. Each one is a {@link PosttrainError} with a stable `code`.
  */
-import { PosttrainError } from "../../../bridge/errors.js";
+import { PosttrainError } from "../../core/errors.js";
 
 /**
  * `math-verify` was required (`backend: "math-verify"`) but cannot be used: pythonia is not installed, the Python

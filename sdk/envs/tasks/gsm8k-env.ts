@@ -3,7 +3,7 @@
  * (`question`, `answer` ending in `#### N`) with the GSM8K reward (1.0 correct / 0.1 well-formed / 0).
  */
 import type { z } from "zod";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import type { DatasetColumns } from "../data/fields.js";
 import { DatasetChatEnv } from "../dataset-chat-env.js";
 import { extractGsm8kAnswer, gsm8kScore } from "./gsm8k.js";

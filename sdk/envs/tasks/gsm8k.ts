@@ -3,8 +3,8 @@
  * after `####` in the dataset's solution, the model's answer is the first `<answer>…</answer>` block, both are
  * normalised as numbers written by people (`"$1,000.00"` → `"1000"`) and compared exactly.
  */
-import { InvalidArgumentError } from "../../../bridge/errors.js";
-import { parseOptions } from "../../workers/options.js";
+import { InvalidArgumentError } from "../../core/errors.js";
+import { parseOptions } from "../../core/index.js";
 import { TieredRewardOptionsSchema, tieredScore, type TaskScore, type TieredRewardOptions } from "./score.js";
 import { extractTags, stripEos } from "./tags.js";
 

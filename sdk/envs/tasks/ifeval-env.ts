@@ -3,7 +3,7 @@
  * IFEval-format file (`prompt`, `instruction_id_list`, `kwargs`) scored by the implemented IFEval checkers.
  */
 import type { z } from "zod";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import type { DatasetColumns } from "../data/fields.js";
 import { DatasetChatEnv } from "../dataset-chat-env.js";
 import { ifevalScore, IFEvalRewardOptionsSchema, parseIFEvalInstructions, type IFEvalInstruction } from "./ifeval.js";

@@ -5,8 +5,8 @@
  * An empty response follows nothing. The reward is TorchRL's default aggregate (see {@link ifevalReward}).
  */
 import { z } from "zod";
-import { InvalidArgumentError } from "../../../bridge/errors.js";
-import { parseOptions } from "../../workers/options.js";
+import { InvalidArgumentError } from "../../core/errors.js";
+import { parseOptions } from "../../core/index.js";
 import { IFEVAL_CHECKERS, IFEVAL_INSTRUCTION_IDS, isIFEvalInstructionId, type IFEvalInstructionId } from "./ifeval-checkers.js";
 import { findAllTagBlocks, stripEos } from "./tags.js";
 

@@ -3,7 +3,7 @@
  * (`problem`, `solution` with a final `\boxed{…}`) with the MATH reward (1.0 equivalent / 0.1 well-formed / 0).
  */
 import { z } from "zod";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { DatasetChatEnv } from "../dataset-chat-env.js";
 import { mathScore } from "./math.js";
 import { openMathVerifier, type OpenMathVerifier } from "./math-verify.js";

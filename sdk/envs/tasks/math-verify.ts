@@ -15,7 +15,7 @@
 import { execFile } from "node:child_process";
 import { z } from "zod";
 import { resolvePython } from "../../../bridge/index.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { MathVerifyUnavailableError } from "./errors.js";
 import { mathAnswersEqual, STRING_MATH_VERIFIER, type MathAnswerVerifier } from "./math.js";
 

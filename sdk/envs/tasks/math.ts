@@ -4,7 +4,7 @@
  * are compared by a {@link MathAnswerVerifier} — `math-verify` when installed (see math-verify.ts), else
  * {@link mathAnswersEqual}, equality after {@link normalizeMathAnswer}.
  */
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { TieredRewardOptionsSchema, tieredScore, type TaskScore, type TieredRewardOptions } from "./score.js";
 import { extractTags, stripEos } from "./tags.js";
 

@@ -3,7 +3,7 @@
  * arguments from the model) does not throw: it becomes an error `tool` message and the episode goes on. These
  * errors are for the caller's mistakes and for infrastructure that cannot start.
  */
-import { PosttrainError } from "../../../bridge/errors.js";
+import { PosttrainError } from "../../core/errors.js";
 
 /** The sandbox's Python process could not be started or did not report ready. Code `SANDBOX_START_FAILED`. */
 export class SandboxStartError extends PosttrainError {

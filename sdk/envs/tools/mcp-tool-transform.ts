@@ -4,7 +4,7 @@
  */
 import { z } from "zod";
 import type { ChatMessage, JsonObject } from "../../data/index.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import type { EnvCallOptions } from "../env-base.js";
 import { describeError, mapLimited, withDeadline } from "./limits.js";
 import { MCPServerConnection, mcpResultText } from "./mcp-connection.js";

@@ -5,7 +5,7 @@
 import { z } from "zod";
 import type { ChatMessage } from "../../data/index.js";
 import type { TensorDict } from "../../tensordict/index.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import type { EnvCallOptions } from "../env-base.js";
 import { RESET_KEY } from "../keys.js";
 import { readFlags } from "../rows.js";

@@ -4,9 +4,10 @@
  * directory, an isolated interpreter and captured, truncated output. See docs/tools.md.
  */
 import { join } from "node:path";
-import { InvalidArgumentError, RequestAbortedError } from "../../../bridge/errors.js";
+import { RequestAbortedError } from "../../../bridge/errors.js";
+import { InvalidArgumentError } from "../../core/errors.js";
 import { packageRoot, resolvePython } from "../../../bridge/worker/python.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { SandboxClosedError, SandboxUnavailableError } from "./errors.js";
 import { PythonSandboxOptionsSchema, type PythonSandboxOptions, type ResolvedSandboxOptions } from "./sandbox-options.js";
 import { readCapture } from "./sandbox-output.js";

@@ -3,9 +3,9 @@
  * `SimpleToolTransform`).
  */
 import { z } from "zod";
-import { InvalidArgumentError } from "../../../bridge/errors.js";
+import { InvalidArgumentError } from "../../core/errors.js";
 import type { ChatMessage } from "../../data/index.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import type { EnvCallOptions } from "../env-base.js";
 import { describeError, withDeadline } from "./limits.js";
 import { parseToolCalls } from "./parse.js";

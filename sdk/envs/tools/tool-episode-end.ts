@@ -3,7 +3,7 @@
  */
 import { z } from "zod";
 import type { TensorDict } from "../../tensordict/index.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { ChatEnv } from "../chat-env.js";
 import type { EnvCallOptions } from "../env-base.js";
 import { HISTORY_PROMPT_KEY } from "../keys.js";

@@ -8,7 +8,7 @@
 import { z } from "zod";
 import { RaggedTensor, TensorDict, type NestedKey } from "../../tensordict/index.js";
 import { WorkerClient } from "../../workers/client.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { throwIfAborted, type EnvCallOptions } from "../env-base.js";
 import { EnvStateError } from "../errors.js";
 import {

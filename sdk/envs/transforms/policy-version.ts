@@ -5,7 +5,7 @@
 import { randomUUID } from "node:crypto";
 import { z } from "zod";
 import { Tensor, TensorDict } from "../../tensordict/index.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { throwIfAborted, type EnvCallOptions } from "../env-base.js";
 import { POLICY_VERSION_KEY } from "../keys.js";
 import { Transform } from "../transform.js";

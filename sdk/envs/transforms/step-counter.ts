@@ -4,7 +4,7 @@
  */
 import { z } from "zod";
 import { Tensor, TensorDict } from "../../tensordict/index.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { throwIfAborted, type EnvCallOptions } from "../env-base.js";
 import { STEP_COUNT_KEY } from "../keys.js";
 import { markDone } from "../rows.js";

@@ -6,7 +6,7 @@
 import { z } from "zod";
 import { History, type ChatMessage } from "../../data/index.js";
 import { TensorDict } from "../../tensordict/index.js";
-import { parseOptions } from "../../workers/options.js";
+import { parseOptions } from "../../core/index.js";
 import { ChatEnv } from "../chat-env.js";
 import { throwIfAborted, type EnvCallOptions, type MaybePromise } from "../env-base.js";
 import { EnvStateError, InvalidArgumentError } from "../errors.js";

@@ -1,0 +1,55 @@
+"""A random, tiny Qwen2-style causal LM with a character-level tokenizer, built offline in a blink.
+
+``make_tiny_model(out_dir)`` writes a directory that ``AutoModelForCausalLM.from_pretrained`` and
+``AutoTokenizer.from_pretrained`` load like any Hub checkpoint:
+
+- ``config.json``, ``generation_config.json``, ``model.safetensors``: a ``Qwen2ForCausalLM`` (float32, tied
+  input/output embeddings) whose weights are drawn from a ``torch.Generator`` seeded with ``seed``, so the
+  same arguments give a byte-identical ``model.safetensors`` (with one torch/transformers/safetensors
+  install) and the caller's global RNG state is left untouched. Linear and embedding weights are
+  ``N(0, 0.02)``, biases zero, RMSNorm weights one (the transformers defaults, but drawn by us, so the result
+  does not depend on how a transformers release initialises modules).
+- ``tokenizer.json``, ``tokenizer_config.json``, ``chat_template.jinja``: a character-level tokenizer built
+  with the ``tokenizers`` library and saved with ``PreTrainedTokenizerFast.save_pretrained``. It is a
+  byte-level BPE in exactly Qwen2's pipeline (NFC, Qwen2's split regex, ``ByteLevel``) with no merges
+  between ASCII bytes, so every ASCII character is one token. Qwen2's own layout is required, not just
+  convenient: for a ``model_type: qwen2`` directory transformers 5's ``AutoTokenizer`` always builds
+  ``Qwen2Tokenizer``, which reads only the vocabulary and merges from tokenizer.json and puts its own
+  normalizer/pre-tokenizer/decoder around them (a ``WordLevel`` character tokenizer would silently lose
+  every space and newline).
+
+Token ids: the characters of ``vocab`` come first, one token each, in their given order
+(``DEFAULT_CHARS`` = ``\\t``, ``\\n``, then printable ASCII 32..126: ids 0..96); then every byte not yet
+covered (ids 97..255 by default); then ``SPECIAL_TOKENS`` in order: ``<|endoftext|>`` (pad, 256),
+``<|im_start|>`` (257), ``<|im_end|>`` (eos, 258). With the default vocab that is 259 tokens, and
+``config.vocab_size == len(tokenizer)``, so logits are ``[B, T, 259]``. There is no unk token. Token
+*strings* are byte-level symbols as in GPT-2/Qwen: ``" "`` is ``"Ġ"``, ``"\\n"`` is ``"Ċ"``, ``"\\t"`` is
+``"ĉ"``; ``decode`` maps them back.
+
+Characters outside ``vocab`` are handled explicitly by byte fallback: such a character (``é``, ``€``, emoji,
+control characters such as ``\\r``) becomes one token per UTF-8 byte (ASCII ones are always single tokens), so
+every NFC-normalised string round-trips through ``encode``/``decode`` and nothing maps to an unk. A
+non-ASCII character listed in ``vocab`` is one token, through BPE merges of its UTF-8 bytes. Special tokens
+written literally in text (``"<|im_end|>"``) are matched as single special ids, as in Qwen.
+
+Chat template: ChatML as Qwen uses it, ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, no
+default system prompt, and ``add_generation_prompt`` appending ``<|im_start|>assistant\\n``. For assistant
+messages the content *and its closing* ``<|im_end|>`` sit inside ``{% generation %}...{% endgeneration %}``,
+so ``apply_chat_template(..., return_dict=True, return_assistant_tokens_mask=True)`` returns
+``assistant_masks`` that are 1 exactly on the tokens the policy must learn to produce (its words and its stop
+token) and 0 on the ``<|im_start|>assistant\\n`` header and the ``\\n`` after ``<|im_end|>``. ``content``
+may be a string, None, or a list of ``{"type": "text", "text": ...}`` parts (their texts are concatenated;
+other parts dropped).
+
+Command line: ``python -m posttrain_worker.models.tiny DIR [--seed N] [--hidden-size H] ...`` (``--help``).
+
+One module per job: ``tokenizer`` (characters, specials, chat template), ``weights`` (architecture and seeded
+weights), ``build`` (``make_tiny_model``: the directory), ``cli`` (the command line).
+"""
+
+from __future__ import annotations
+
+from posttrain_worker.models.tiny.build import WRITTEN_FILES, make_tiny_model
+from posttrain_worker.models.tiny.tokenizer import DEFAULT_CHARS, SPECIAL_TOKENS, TINY_CHAT_TEMPLATE
+
+__all__ = ["DEFAULT_CHARS", "SPECIAL_TOKENS", "TINY_CHAT_TEMPLATE", "WRITTEN_FILES", "make_tiny_model"]

@@ -1,0 +1,138 @@
+"""``make_tiny_model``: the tiny model's directory, tokenizer and weights written the way a Hub checkpoint
+is, loadable with ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from posttrain_worker.models.tiny.tokenizer import (
+    DEFAULT_CHARS,
+    IM_END,
+    PAD_TOKEN,
+    build_tokenizer,
+    check_vocab,
+    patch_tokenizer_config,
+)
+from posttrain_worker.models.tiny.weights import check_seed, check_sizes, random_model
+
+#: The files ``make_tiny_model`` writes into its directory.
+WRITTEN_FILES: tuple[str, ...] = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
+
+
+def make_tiny_model(
+    out_dir: str | Path,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 512,
+    seed: int = 0,
+    vocab: str = DEFAULT_CHARS,
+) -> Path:
+    """Write a random tiny ``Qwen2ForCausalLM`` + character-level tokenizer into ``out_dir``; return its path.
+
+    ``out_dir`` is created (with parents) if missing; an existing directory is reused and the files this
+    function writes are overwritten (other files in it are left alone). Raises ``ValueError`` naming the
+    offending argument when ``out_dir`` is an existing non-directory, a size is not a positive int,
+    ``hidden_size`` is not divisible by ``num_heads``, ``num_heads`` not by ``num_kv_heads``, the head size
+    is odd (RoPE needs it even), ``seed`` is outside ``[0, 2**64)``, or ``vocab`` is empty, repeats a
+    character, holds something other than single characters, or holds a character that is not NFC-stable or
+    has no UTF-8 encoding.
+
+    ``vocab`` lists the characters that get the first ids, one token each; every other character is still
+    encodable, as one token per UTF-8 byte (every ASCII character is therefore always a single token).
+    """
+    path, _, _ = build(
+        out_dir,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        seed=seed,
+        vocab=vocab,
+    )
+    return path
+
+
+def _check_out_dir(out_dir: Any) -> Path:
+    if not isinstance(out_dir, (str, Path)) or str(out_dir) == "":
+        raise ValueError(f"out_dir: expected a non-empty path, got {out_dir!r}")
+    path = Path(out_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"out_dir: {str(path)!r} exists and is not a directory")
+    return path
+
+
+def _fix_modes(path: Path) -> None:
+    """Give ``model.safetensors`` the mode the other files got from the umask.
+
+    safetensors (0.8) writes through a private temporary file, so the weights land as 0600 while
+    ``config.json`` is 0644 under the usual umask; a model directory shared with other users or containers
+    should not be half-readable.
+    """
+    mode = (path / "config.json").stat().st_mode & 0o777
+    weights = path / "model.safetensors"
+    if weights.is_file():
+        weights.chmod(mode)
+
+
+def build(
+    out_dir: str | Path,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    intermediate_size: int,
+    max_position_embeddings: int,
+    seed: int,
+    vocab: str,
+) -> tuple[Path, int, int]:
+    """``make_tiny_model``'s work: returns the resolved directory, the parameter count and the vocab size."""
+    sizes = {
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "intermediate_size": intermediate_size,
+        "max_position_embeddings": max_position_embeddings,
+    }
+    path = _check_out_dir(out_dir)
+    check_sizes(sizes)
+    check_seed(seed)
+    chars = check_vocab(vocab)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise ValueError(f"out_dir: cannot create {str(path)!r}: {exc}") from exc
+
+    from transformers.utils import logging as hf_logging
+
+    tokenizer = build_tokenizer(chars, max_position_embeddings)
+    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+    model = random_model(sizes, seed, vocab_size=len(tokenizer), pad_id=pad_id, eos_id=eos_id)
+    progress_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # save_pretrained draws a "Writing model shards" bar on stderr
+    try:
+        model.save_pretrained(path)
+    finally:
+        if progress_was_on:
+            hf_logging.enable_progress_bar()
+    tokenizer.save_pretrained(path)
+    patch_tokenizer_config(path)
+    _fix_modes(path)
+    n_params = sum(p.numel() for p in model.parameters())
+    return path.resolve(), n_params, model.config.vocab_size

@@ -1,0 +1,127 @@
+/**
+ * The run config of {@link GRPOTrainer} (YAML or JSON with these camelCase keys), checked with zod: an error names
+ * the field, the value and what is allowed. Defaults and meanings: docs/trainers.md.
+ */
+import { z } from "zod";
+import { createLoss, LOSS_REGISTRY, LOSS_VARIANTS, type LossConfigLike } from "../objectives/index.js";
+import {
+  CheckpointConfigSchema,
+  checkLength,
+  ModelConfigSchema,
+  RunOptimizerSchema,
+  RunScheduleSchema,
+} from "./config-blocks.js";
+import { TaskConfigSchema } from "./task-config.js";
+
+/**
+ * The loss: `variant` (default `"grpo"`) and that loss class's fields (`clipEpsilon`, `entropyCoeff`,
+ * `aggregation`, ...; see docs/losses.md). The KL-to-reference coefficient is the run's `klToRefCoeff`.
+ */
+export const RunLossSchema = z
+  .looseObject({ variant: z.enum(LOSS_VARIANTS).default("grpo") })
+  .superRefine((loss, ctx) => {
+    const { variant, ...fields } = loss;
+    if (Object.hasOwn(fields, "klToRefCoeff")) {
+      ctx.addIssue({ code: "custom", path: ["klToRefCoeff"], message: "set the run's top-level klToRefCoeff instead" });
+      return;
+    }
+    const { schema, defaults } = LOSS_REGISTRY[variant];
+    const parsed = schema.safeParse({ ...defaults, ...fields });
+    if (parsed.success) return;
+    for (const issue of parsed.error.issues) {
+      const keys = issue.code === "unrecognized_keys" ? issue.keys : [];
+      const message =
+        keys.length > 0 ? `not a field of loss variant "${variant}": ${keys.join(", ")}` : `${issue.message} (loss variant "${variant}")`;
+      ctx.addIssue({ code: "custom", path: issue.path, message });
+    }
+  });
+
+/** The loss block (input form). */
+export type RunLossConfig = z.input<typeof RunLossSchema>;
+
+/** Sampling of the training completions (the worker's `generate` options). */
+export const SamplingConfigSchema = z.strictObject({
+  /** Softmax temperature (default 1; 0 = greedy). */
+  temperature: z.number().min(0).default(1),
+  /** Nucleus mass in (0, 1] (default 1 = off). */
+  topP: z.number().gt(0).max(1).default(1),
+  /** Keep the `topK` most likely tokens (default 0 = off). */
+  topK: z.number().int().min(0).default(0),
+  /** HF repetition penalty (default 1 = off). */
+  repetitionPenalty: z.number().gt(0).default(1),
+});
+
+/** Held-out evaluation: every `every` steps (0 = off, default), on `prompts` prompts (default 64), greedy by default. */
+export const EvalConfigSchema = z.strictObject({
+  every: z.number().int().min(0).default(0),
+  prompts: z.number().int().min(1).default(64),
+  greedy: z.boolean().default(true),
+});
+
+/** What goes to `samples.jsonl`: `samplesPerStep` completions per step (default 2). */
+export const LogConfigSchema = z.strictObject({
+  samplesPerStep: z.number().int().min(0).default(2),
+});
+
+/**
+ * Where the policy runs: `"colocated"` (default: one worker generates and trains, sharing the weights) or
+ * `"separate"` (a generator worker and a trainer worker, weights sent over ZeroMQ after each step).
+ */
+export const WorkersConfigSchema = z.strictObject({
+  layout: z.enum(["colocated", "separate"]).default("colocated"),
+});
+
+/** The run config of `GRPOTrainer`. */
+export const GRPOTrainerConfigSchema = z
+  .strictObject({
+    /** The policy model. */
+    model: ModelConfigSchema,
+    /** Where the training prompts and rewards come from. */
+    task: TaskConfigSchema,
+    /** The held-out prompts (default: the task's held-out split, or its stream under another seed). */
+    evalTask: TaskConfigSchema.optional(),
+    /** Completions per prompt (default 8). */
+    groupSize: z.number().int().min(2).default(8),
+    /** Distinct prompts per step (default 8): a step trains on `promptsPerStep × groupSize` completions. */
+    promptsPerStep: z.number().int().min(1).default(8),
+    /** Tokens sampled per completion (default 64). */
+    maxNewTokens: z.number().int().min(1).default(64),
+    sampling: SamplingConfigSchema.prefault({}),
+    loss: RunLossSchema.prefault({}),
+    /** k3 KL to a frozen copy of the initial policy (default 0 = off; > 0 loads the reference). */
+    klToRefCoeff: z.number().min(0).default(0),
+    /** Default `{ type: "adamw", lr: 1e-5 }`. */
+    optimizer: RunOptimizerSchema.prefault({}),
+    /** Default `{ type: "constant" }`. */
+    schedule: RunScheduleSchema.prefault({}),
+    /** Clip the global gradient norm (default 1; null = off). */
+    gradClip: z.number().gt(0).nullable().default(1),
+    /** Largest padded micro-batch in tokens (default null = the whole batch). */
+    microBatchTokens: z.number().int().min(1).nullable().default(null),
+    /** Optimizer steps to take (required unless `epochs`). */
+    steps: z.number().int().min(1).optional(),
+    /** Passes over the task's training prompts (dataset tasks; procedural tasks count their training split). */
+    epochs: z.number().int().min(1).optional(),
+    eval: EvalConfigSchema.prefault({}),
+    checkpoint: CheckpointConfigSchema.prefault({}),
+    log: LogConfigSchema.prefault({}),
+    workers: WorkersConfigSchema.prefault({}),
+    /** Seeds the prompt streams, the sampling and the tiny model (default 0). */
+    seed: z.number().int().nonnegative().default(0),
+    /** The run directory (created when missing). */
+    runDir: z.string().min(1),
+  })
+  .superRefine(checkLength);
+
+/** The run config of `GRPOTrainer` (input form: defaults may be left out). */
+export type GRPOTrainerConfigInput = z.input<typeof GRPOTrainerConfigSchema>;
+
+/** The run config of `GRPOTrainer` with every default filled in (what `config.yaml` holds). */
+export type GRPOTrainerConfig = z.output<typeof GRPOTrainerConfigSchema>;
+
+/** The loss object of a resolved config (the variant's class from `LOSS_REGISTRY`, with the run's `klToRefCoeff`). */
+export function lossOf(config: Pick<GRPOTrainerConfig, "loss" | "klToRefCoeff">): LossConfigLike {
+  const { variant, ...fields } = config.loss;
+  const options = { ...fields, klToRefCoeff: config.klToRefCoeff > 0 ? config.klToRefCoeff : null };
+  return createLoss(variant, options, "GRPOTrainer config.loss");
+}

@@ -1,0 +1,14 @@
+/**
+ * posttrain's whole-run recipes: `GRPOTrainer` and `SFTTrainer` run a post-training job from one config (task or
+ * examples, policy in a worker, loss, optimizer, evaluation, checkpoints, resume, a run directory with its report).
+ * See docs/trainers.md.
+ */
+export { RunConfigMismatchError, RunDirectoryError, TrainerClosedError } from "./errors.js";
+export { GRPOTrainerConfigSchema, type GRPOTrainerConfig, type GRPOTrainerConfigInput } from "./grpo-config.js";
+export { GRPOTrainer, GRPOTrainerOptionsSchema, type GRPOTrainerOptions } from "./grpo-trainer.js";
+export type { EvalRecord, StepRecord, TrainSummary } from "./records.js";
+export type { TrainingRun } from "./run-base.js";
+export type { RunOptions } from "./setup.js";
+export { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput } from "./sft-config.js";
+export { SFTTrainer, SFTTrainerOptionsSchema, type SFTTrainerOptions } from "./sft-trainer.js";
+export { TASK_TYPES, TaskConfigSchema, type TaskConfig, type TaskConfigInput, type TaskType } from "./task-config.js";

@@ -1,0 +1,176 @@
+/**
+ * `TrainingRun`, what every whole-run recipe (`GRPOTrainer`, `SFTTrainer`) offers, and `RunBase`, that face written
+ * once over the step loop (`RunLoop`): each recipe adds only its setup, its step, its evaluation, its checkpoint and
+ * the closing of its own parts.
+ */
+import type { Trainer } from "../trainers/trainer.js";
+import { TrainerClosedError } from "./errors.js";
+import type { EvalRecord, StepRecord, TrainSummary } from "./records.js";
+import type { RunDirectory } from "./run-directory.js";
+import { RunLoop, type StepOutcome } from "./run-loop.js";
+
+/**
+ * A whole training run, as `GRPOTrainer` and `SFTTrainer` are: what the `posttrain` command line drives.
+ *
+ * ```ts
+ * async function drive(run: TrainingRun): Promise<void> {
+ *   for await (const record of run.run()) console.log(`${record.step}/${run.totalSteps}`);
+ *   await run.close();
+ * }
+ * ```
+ */
+export interface TrainingRun extends AsyncDisposable {
+  /** The run directory (absolute). */
+  readonly runDir: string;
+  /** The step the run ends at. */
+  readonly totalSteps: number;
+  /** Optimizer steps taken so far (a resumed run counts the earlier ones). */
+  readonly step: number;
+  /**
+   * Trains until `steps` (or `epochs`) or `stop()`, yielding each step's record after it is in `metrics.jsonl`. With
+   * evaluation on, the held-out evaluation runs before the first step and every `eval.every` steps (and at the last).
+   * At the end (or on stop) a checkpoint and `report.html` are written.
+   */
+  run(): AsyncIterable<StepRecord>;
+  /** Drains {@link run}; returns the summary (steps, run directory, report, first and last evaluation). */
+  train(): Promise<TrainSummary>;
+  /**
+   * The run so far: steps, whether it stopped early, the run directory, the report, the first evaluation (before the
+   * first step) and the last one, the last checkpoint. What `train()` returns; useful after iterating `run()`.
+   */
+  summary(): TrainSummary;
+  /** Finishes the current step, saves a checkpoint and the report, and ends `run()` cleanly. */
+  stop(): Promise<void>;
+  /** A held-out evaluation now (not written to `metrics.jsonl`). */
+  evaluate(): Promise<EvalRecord>;
+  /** Stops a running loop and releases the run's workers (or its models in a given pool). */
+  close(): Promise<void>;
+}
+
+/** The config fields the step loop reads. */
+export interface RunLoopConfig {
+  readonly eval: { readonly every: number };
+  readonly checkpoint: { readonly every: number; readonly keepLast: number };
+}
+
+/** What a recipe hands {@link RunBase} once its setup is done. */
+export interface RunBaseParts<C extends RunLoopConfig> {
+  /** `"GRPOTrainer"` or `"SFTTrainer"` (in messages). */
+  readonly name: string;
+  readonly config: C;
+  readonly runDir: RunDirectory;
+  readonly trainer: Trainer;
+  readonly totalSteps: number;
+  /** Steps already taken (a resumed run). */
+  readonly startStep: number;
+  readonly log: (line: string) => void;
+  readonly signal: AbortSignal | undefined;
+  /** The metrics an evaluation adds to its step's line. */
+  readonly evalLine: (evaluation: EvalRecord) => Record<string, number | null>;
+}
+
+/**
+ * The facade of a whole run over {@link RunLoop}: `step`, `run`, `train`, `summary`, `stop`, `evaluate`, `close` and
+ * `await using`. A subclass implements the step, the evaluation, the checkpoint and the closing of its own parts.
+ */
+export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
+  /** The resolved config (what `config.yaml` holds). */
+  readonly config: C;
+  /** The run directory (absolute). */
+  readonly runDir: string;
+  /** The step the run ends at. */
+  readonly totalSteps: number;
+  /** The low-level trainer in the policy's worker. */
+  readonly trainer: Trainer;
+  readonly #name: string;
+  readonly #loop: RunLoop;
+
+  protected constructor(parts: RunBaseParts<C>) {
+    this.config = parts.config;
+    this.runDir = parts.runDir.path;
+    this.totalSteps = parts.totalSteps;
+    this.trainer = parts.trainer;
+    this.#name = parts.name;
+    this.#loop = new RunLoop({
+      name: parts.name,
+      runDir: parts.runDir,
+      startStep: parts.startStep,
+      totalSteps: parts.totalSteps,
+      evalEvery: parts.config.eval.every,
+      checkpoint: parts.config.checkpoint,
+      log: parts.log,
+      signal: parts.signal,
+      trainStep: (step) => this.trainStep(step),
+      evaluate: (step) => this.evaluateAt(step),
+      saveCheckpoint: (dir, step) => this.saveCheckpoint(dir, step),
+      evalLine: parts.evalLine,
+    });
+  }
+
+  /** Optimizer steps taken so far (a resumed run counts the earlier ones). */
+  get step(): number {
+    return this.#loop.step;
+  }
+
+  /**
+   * Trains until `steps` (or `epochs`) or `stop()`, yielding each step's record after it is in `metrics.jsonl`. With
+   * evaluation on, the held-out evaluation runs before the first step and every `eval.every` steps (and at the last).
+   * At the end (or on stop) a checkpoint and `report.html` are written.
+   */
+  run(): AsyncIterable<StepRecord> {
+    if (this.#loop.closed) throw new TrainerClosedError(`${this.#name}.run`);
+    return this.#loop.run();
+  }
+
+  /** Drains {@link run}; returns the summary (steps, run directory, report, first and last evaluation). */
+  async train(): Promise<TrainSummary> {
+    const steps = this.run()[Symbol.asyncIterator]();
+    while (!(await steps.next()).done) {
+      // each step's record is already in metrics.jsonl
+    }
+    return this.#loop.summary();
+  }
+
+  /**
+   * The run so far: steps, whether it stopped early, the run directory, the report, the first evaluation (before the
+   * first step) and the last one, the last checkpoint. What `train()` returns; useful after iterating `run()`.
+   */
+  summary(): TrainSummary {
+    return this.#loop.summary();
+  }
+
+  /** Finishes the current step, saves a checkpoint and the report, and ends `run()` cleanly. */
+  async stop(): Promise<void> {
+    await this.#loop.stop();
+  }
+
+  /** A held-out evaluation now (not written to `metrics.jsonl`); see the subclass for what it measures. */
+  async evaluate(): Promise<EvalRecord> {
+    if (this.#loop.closed) throw new TrainerClosedError(`${this.#name}.evaluate`);
+    return this.evaluateAt(this.#loop.step);
+  }
+
+  /** Stops a running loop, then closes the run's own parts (once; later calls do nothing). */
+  async close(): Promise<void> {
+    if (this.#loop.closed) return;
+    await this.#loop.close();
+    await this.closeParts();
+  }
+
+  /** For `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  /** Takes step number `step` (1-based) and returns its record and logged samples. */
+  protected abstract trainStep(step: number): Promise<StepOutcome>;
+
+  /** A held-out evaluation after `step` steps. */
+  protected abstract evaluateAt(step: number): Promise<EvalRecord>;
+
+  /** Writes the checkpoint of `step` into `dir` (weights, optimizer and the data position). */
+  protected abstract saveCheckpoint(dir: string, step: number): Promise<void>;
+
+  /** Releases what the subclass holds (envs, weight sync, workers or its models in a given pool). */
+  protected abstract closeParts(): Promise<void>;
+}

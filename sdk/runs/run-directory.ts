@@ -1,0 +1,244 @@
+/**
+ * `RunDirectory`: the files of one training run — `config.yaml` (the resolved config), `metrics.jsonl` (one
+ * line per step, fsynced before each checkpoint), `samples.jsonl`, `checkpoints/step-<N>/` (pruned to the last few)
+ * and `report.html`.
+ * See docs/trainers.md ("Run directory").
+ */
+import { mkdir, open, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
+import { parseJsonLines, writeReport, type MetricRecord, type SampleRecord } from "../reports/index.js";
+import { RunConfigMismatchError, RunDirectoryError } from "./errors.js";
+
+/** A checkpoint of the run: its step and directory. */
+export interface RunCheckpoint {
+  readonly step: number;
+  readonly path: string;
+}
+
+const CHECKPOINT_NAME = /^step-(\d+)$/;
+
+async function readOptional(path: string): Promise<string | undefined> {
+  try {
+    return await readFile(path, "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw err;
+  }
+}
+
+/**
+ * Appends `lines` to `path`. No fsync here (it costs milliseconds a step on some disks): the lines are with the OS
+ * once this resolves, so a crash of the process loses nothing, and {@link syncFile} makes them durable before a
+ * checkpoint is written.
+ */
+async function appendLines(path: string, lines: readonly string[]): Promise<void> {
+  if (lines.length === 0) return;
+  const handle = await open(path, "a");
+  try {
+    await handle.appendFile(lines.map((l) => `${l}\n`).join(""), "utf8");
+  } finally {
+    await handle.close();
+  }
+}
+
+/** fsyncs `path` when it exists. */
+async function syncFile(path: string): Promise<void> {
+  let handle;
+  try {
+    handle = await open(path, "r+");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw err;
+  }
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/** JSON without non-finite numbers (they become `null`). */
+function jsonLine(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => (typeof v === "number" && !Number.isFinite(v) ? null : v));
+}
+
+/** The files of one run (see the module notes). Paths are absolute. */
+export class RunDirectory {
+  /** The run directory (absolute). */
+  readonly path: string;
+
+  constructor(path: string) {
+    this.path = resolve(path);
+  }
+
+  /** `config.yaml`. */
+  get configPath(): string {
+    return join(this.path, "config.yaml");
+  }
+
+  /** `metrics.jsonl`. */
+  get metricsPath(): string {
+    return join(this.path, "metrics.jsonl");
+  }
+
+  /** `samples.jsonl`. */
+  get samplesPath(): string {
+    return join(this.path, "samples.jsonl");
+  }
+
+  /** `checkpoints/`. */
+  get checkpointsPath(): string {
+    return join(this.path, "checkpoints");
+  }
+
+  /** `report.html`. */
+  get reportPath(): string {
+    return join(this.path, "report.html");
+  }
+
+  /** `model/`: where `model.path: "tiny"` builds the tiny model. */
+  get modelPath(): string {
+    return join(this.path, "model");
+  }
+
+  /** The directory of the checkpoint after `step` steps: `checkpoints/step-<step>`. */
+  checkpointPath(step: number): string {
+    return join(this.checkpointsPath, `step-${String(step)}`);
+  }
+
+  /**
+   * Prepares the directory for a run and tells whether there is a run to resume. A fresh run (`resume` false) needs
+   * a directory without `metrics.jsonl` (a `RunDirectoryError` otherwise: resume it or pick another directory); with
+   * `resume`, a directory without `config.yaml` simply starts a new run.
+   */
+  async prepare(resume: boolean): Promise<boolean> {
+    await mkdir(this.path, { recursive: true });
+    const hasMetrics = (await readOptional(this.metricsPath)) !== undefined;
+    if (!resume && hasMetrics) {
+      throw new RunDirectoryError(this.path, "already holds a run (metrics.jsonl); resume it or choose another runDir");
+    }
+    return resume && (await readOptional(this.configPath)) !== undefined;
+  }
+
+  /** Writes `config.yaml` (atomically). */
+  async writeConfig(config: unknown): Promise<void> {
+    const tmp = `${this.configPath}.tmp-${String(process.pid)}`;
+    await writeFile(tmp, stringifyYaml(config), "utf8");
+    await rename(tmp, this.configPath);
+  }
+
+  /** The parsed `config.yaml`, or `undefined` when there is none. */
+  async readConfig(): Promise<unknown> {
+    const text = await readOptional(this.configPath);
+    return text === undefined ? undefined : (parseYaml(text) as unknown);
+  }
+
+  /** Appends one line to `metrics.jsonl` and syncs it to disk. */
+  async appendMetrics(record: MetricRecord): Promise<void> {
+    await appendLines(this.metricsPath, [jsonLine(record)]);
+  }
+
+  /** Makes `metrics.jsonl` and `samples.jsonl` durable (fsync): called before each checkpoint. */
+  async sync(): Promise<void> {
+    await syncFile(this.metricsPath);
+    await syncFile(this.samplesPath);
+  }
+
+  /** Appends lines to `samples.jsonl`. */
+  async appendSamples(samples: readonly SampleRecord[]): Promise<void> {
+    await appendLines(this.samplesPath, samples.map(jsonLine));
+  }
+
+  /** The records of `metrics.jsonl` (a torn last line is skipped). */
+  async readMetrics(): Promise<MetricRecord[]> {
+    const text = (await readOptional(this.metricsPath)) ?? "";
+    return parseJsonLines(text, "metrics.jsonl").filter(
+      (r): r is MetricRecord => typeof r === "object" && r !== null && typeof (r as { step?: unknown }).step === "number",
+    );
+  }
+
+  /**
+   * Drops the lines of `metrics.jsonl` and `samples.jsonl` after `step` (steps a crashed run logged after its last
+   * checkpoint), so that a resumed run's curve continues without duplicates.
+   */
+  async truncateAfter(step: number): Promise<void> {
+    for (const path of [this.metricsPath, this.samplesPath]) {
+      const text = await readOptional(path);
+      if (text === undefined) continue;
+      const kept = parseJsonLines(text, path).filter((r) => (r as { step?: unknown }).step === undefined || Number((r as { step: unknown }).step) <= step);
+      const tmp = `${path}.tmp-${String(process.pid)}`;
+      await writeFile(tmp, kept.map((r) => `${JSON.stringify(r)}\n`).join(""), "utf8");
+      await rename(tmp, path);
+    }
+  }
+
+  /** The checkpoints, oldest first. */
+  async checkpoints(): Promise<RunCheckpoint[]> {
+    let names: string[];
+    try {
+      names = await readdir(this.checkpointsPath);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+      throw err;
+    }
+    const out: RunCheckpoint[] = [];
+    for (const name of names) {
+      const m = CHECKPOINT_NAME.exec(name);
+      if (m !== null) out.push({ step: Number(m[1]), path: join(this.checkpointsPath, name) });
+    }
+    return out.sort((a, b) => a.step - b.step);
+  }
+
+  /** The newest checkpoint, or `undefined`. */
+  async latestCheckpoint(): Promise<RunCheckpoint | undefined> {
+    return (await this.checkpoints()).at(-1);
+  }
+
+  /** Removes all but the newest `keepLast` checkpoints. */
+  async pruneCheckpoints(keepLast: number): Promise<void> {
+    const all = await this.checkpoints();
+    for (const c of all.slice(0, Math.max(0, all.length - keepLast))) await rm(c.path, { recursive: true, force: true });
+  }
+
+  /** Writes `report.html` from the run's files; returns its path. */
+  async writeReport(title?: string): Promise<string> {
+    return writeReport(this.path, title === undefined ? {} : { title });
+  }
+
+  /**
+   * Checks that `current` (a resolved config) matches the saved `config.yaml` in every field except those under
+   * `free` (top-level keys such as `steps`); a difference is a {@link RunConfigMismatchError} naming the field.
+   */
+  async checkResumable(current: unknown, free: readonly string[]): Promise<void> {
+    const saved = await this.readConfig();
+    const field = firstDifference(normalise(saved), normalise(current), [], new Set(free));
+    if (field !== undefined) throw new RunConfigMismatchError(this.path, field.path, field.saved, field.current);
+  }
+}
+
+/** A value as it round-trips through YAML (undefined fields dropped). */
+function normalise(value: unknown): unknown {
+  return JSON.parse(JSON.stringify(value ?? null)) as unknown;
+}
+
+interface Difference {
+  readonly path: string;
+  readonly saved: unknown;
+  readonly current: unknown;
+}
+
+function firstDifference(a: unknown, b: unknown, path: readonly string[], free: ReadonlySet<string>): Difference | undefined {
+  if (path.length === 1 && free.has(path[0]!)) return undefined;
+  const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+  if (isObject(a) && isObject(b)) {
+    const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
+    for (const key of keys) {
+      const d = firstDifference(a[key], b[key], [...path, key], free);
+      if (d !== undefined) return d;
+    }
+    return undefined;
+  }
+  if (JSON.stringify(a) === JSON.stringify(b)) return undefined;
+  return { path: path.join("."), saved: a, current: b };
+}

@@ -1,0 +1,88 @@
+/**
+ * Setup shared by `GRPOTrainer` and `SFTTrainer`: the options of `create`, the worker pool, the policy model (built
+ * when it is the tiny one), and the length of the run.
+ */
+import { access } from "node:fs/promises";
+import { join } from "node:path";
+import { z } from "zod";
+import { InvalidArgumentError } from "../core/errors.js";
+import { makeTinyModel } from "../models/tiny.js";
+import type { WorkerClient } from "../workers/client.js";
+import { WorkerPool } from "../workers/pool.js";
+import type { ModelConfigSchema } from "./config-blocks.js";
+import type { RunDirectory } from "./run-directory.js";
+
+/** Options of `GRPOTrainer.create` and `SFTTrainer.create` that are not part of the run config. */
+export const RunOptionsSchema = z.strictObject({
+  /** Reuse these workers (the trainer then leaves them running on `close()`); default: start local workers. */
+  pool: z.custom<WorkerPool>((v) => v instanceof WorkerPool, { message: "expected a WorkerPool" }).optional(),
+  /** Aborting it stops the run as `stop()` does: the current step finishes and a checkpoint is written. */
+  signal: z.instanceof(AbortSignal).optional(),
+  /** Continue the run in `runDir` from its latest checkpoint (default false). */
+  resume: z.boolean().default(false),
+  /** Gets one plain line per step (and a few about setup). */
+  log: z.custom<(line: string) => void>((v) => typeof v === "function", { message: "expected a function (line: string) => void" }).optional(),
+});
+
+/** Options of `create` besides the config (input form). */
+export type RunOptions = z.input<typeof RunOptionsSchema>;
+
+type ModelConfig = z.output<typeof ModelConfigSchema>;
+
+/** The model name the policy is loaded under in its worker(s). */
+export const POLICY_MODEL = "policy";
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await access(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The workers of a run: `pool` when given, else `count` local workers on the model's device. */
+export async function openPool(model: ModelConfig, count: number, pool: WorkerPool | undefined, signal: AbortSignal | undefined): Promise<{ pool: WorkerPool; owned: boolean }> {
+  if (pool !== undefined) {
+    if (pool.size < count) throw new InvalidArgumentError(`options.pool: the run needs ${count} workers, the pool has ${pool.size}`);
+    return { pool, owned: false };
+  }
+  const opened = await WorkerPool.local({ workers: count, device: model.device, ...(signal !== undefined ? { signal } : {}) });
+  return { pool: opened, owned: true };
+}
+
+/**
+ * The model directory of a run: `model.path`, or for `"tiny"` the tiny model built into `<runDir>/model` (once: a
+ * resumed run finds it there).
+ */
+export async function modelPath(model: ModelConfig, runDir: RunDirectory, seed: number, log: (line: string) => void): Promise<string> {
+  if (model.path !== "tiny") return model.path;
+  const dir = runDir.modelPath;
+  if (await exists(join(dir, "config.json"))) return dir;
+  const built = await makeTinyModel(dir, { ...model.tiny, seed: model.tiny?.seed ?? seed });
+  log(`built the tiny model (${String(built.parameters)} parameters) in ${dir}`);
+  return built.path;
+}
+
+/** Loads the policy into `worker` under {@link POLICY_MODEL}. */
+export async function loadPolicy(worker: WorkerClient, path: string, model: ModelConfig): Promise<void> {
+  await worker.loadModel({ name: POLICY_MODEL, path, dtype: model.dtype, replace: true });
+}
+
+/**
+ * Optimizer steps of a run: `steps`, or `epochs` passes over `epochSize` items at `perStep` a step (the smaller of
+ * the two when both are given).
+ */
+export function runLength(steps: number | undefined, epochs: number | undefined, epochSize: number | null, perStep: number, where: string): number {
+  if (epochs === undefined) return steps ?? 1;
+  if (epochSize === null) {
+    throw new InvalidArgumentError(`${where}.epochs: this task is an endless procedural stream and has no epochs; give steps instead`);
+  }
+  const byEpochs = epochs * Math.max(1, Math.ceil(epochSize / perStep));
+  return steps === undefined ? byEpochs : Math.min(steps, byEpochs);
+}
+
+/** `log` or a function that drops the line. */
+export function logger(log: ((line: string) => void) | undefined): (line: string) => void {
+  return log ?? (() => undefined);
+}

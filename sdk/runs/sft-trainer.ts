@@ -1,0 +1,201 @@
+/**
+ * `SFTTrainer`: a supervised fine-tuning run from one config — the examples (files or the digit-sort task) rendered
+ * with the model's chat template, `SFTLoss` on the assistant tokens, the optimizer, held-out loss (and task reward),
+ * checkpoints, resume, and the run directory with its report. See docs/trainers.md.
+ */
+import type { z } from "zod";
+import { parseOptions } from "../core/index.js";
+import type { JsonValue } from "../data/index.js";
+import { DigitSortEnv } from "../envs/tasks/digit-sort.js";
+import { TransformersWrapper } from "../modules/transformers.js";
+import { SFTLoss } from "../objectives/index.js";
+import type { TensorDict } from "../tensordict/index.js";
+import { ReferenceModel } from "../trainers/reference.js";
+import { Trainer } from "../trainers/trainer.js";
+import type { WorkerPool } from "../workers/pool.js";
+import { toOptimizerConfig, toScheduleConfig } from "./config-blocks.js";
+import { evaluateOnEnv } from "./evaluation.js";
+import type { EvalRecord, StepRecord } from "./records.js";
+import { RunBase } from "./run-base.js";
+import { RunDirectory } from "./run-directory.js";
+import type { StepOutcome } from "./run-loop.js";
+import { loadPolicy, logger, modelPath, openPool, POLICY_MODEL, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
+import { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput, type SftDataConfigSchema } from "./sft-config.js";
+import { loadConversations, renderConversations, SftBatches, type SftPosition } from "./sft-data.js";
+
+/** Options of {@link SFTTrainer.create} besides the config. */
+export const SFTTrainerOptionsSchema = RunOptionsSchema;
+
+/** Options of {@link SFTTrainer.create} besides the config (input form). */
+export type SFTTrainerOptions = RunOptions;
+
+const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "runDir"] as const;
+
+type SftData = z.output<typeof SftDataConfigSchema>;
+
+interface Parts {
+  readonly config: SFTTrainerConfig;
+  readonly runDir: RunDirectory;
+  readonly pool: WorkerPool;
+  readonly ownsPool: boolean;
+  readonly trainer: Trainer;
+  readonly batches: SftBatches;
+  readonly evalExamples: TensorDict | null;
+  readonly evalEnv: DigitSortEnv | null;
+  readonly totalSteps: number;
+  readonly startStep: number;
+  readonly log: (line: string) => void;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** The held-out data of a run: `evalData`, else the digit-sort task's held-out split, else none. */
+function heldOutData(config: SFTTrainerConfig): SftData | null {
+  if (config.evalData !== undefined) return config.evalData;
+  return config.data.type === "digit-sort" ? config.data : null;
+}
+
+/**
+ * An SFT run from one zod-validated config (docs/trainers.md):
+ *
+ * ```ts
+ * await using sft = await SFTTrainer.create({
+ *   model: { path: "tiny" },
+ *   data: { type: "digit-sort", examples: 2000 },
+ *   batchSize: 16, steps: 100, optimizer: { lr: 3e-3 }, eval: { every: 50 },
+ *   runDir: "runs/sft",
+ * });
+ * const summary = await sft.train(); // summary.lastEval.loss, .rewardMean
+ * ```
+ *
+ * `evaluate()` measures the held-out loss (and, for digit-sort, the greedy task reward). The run's face (`run`,
+ * `train`, `summary`, `stop`, `evaluate`, `close`) is `TrainingRun` (written once in `RunBase`).
+ */
+export class SFTTrainer extends RunBase<SFTTrainerConfig> {
+  readonly #parts: Parts;
+  readonly #evalPolicy: TransformersWrapper;
+
+  private constructor(parts: Parts) {
+    super({
+      name: "SFTTrainer",
+      config: parts.config,
+      runDir: parts.runDir,
+      trainer: parts.trainer,
+      totalSteps: parts.totalSteps,
+      startStep: parts.startStep,
+      log: parts.log,
+      signal: parts.signal,
+      evalLine: (e) => ({ eval_loss: e.loss, ...(e.rewardMean !== null ? { eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd } : {}) }),
+    });
+    this.#parts = parts;
+    this.#evalPolicy = new TransformersWrapper(parts.trainer.worker, {
+      model: POLICY_MODEL,
+      returnLogProbs: false,
+      generateKwargs: { max_new_tokens: parts.config.eval.maxNewTokens, do_sample: false },
+    });
+  }
+
+  /**
+   * Checks the config (an `InvalidArgumentError` names the field), prepares the run directory, starts a worker (or
+   * uses `options.pool`), loads or builds the model, renders the examples once, and with `resume` restores the latest
+   * checkpoint and the data position.
+   */
+  static async create(config: SFTTrainerConfigInput, options: SFTTrainerOptions = {}): Promise<SFTTrainer> {
+    const c = parseOptions(SFTTrainerConfigSchema, config, "SFTTrainer config");
+    const o = parseOptions(SFTTrainerOptionsSchema, options, "SFTTrainer options");
+    const log = logger(o.log);
+    const runDir = new RunDirectory(c.runDir);
+    const resumable = await runDir.prepare(o.resume);
+    if (resumable) await runDir.checkResumable(c, FREE_FIELDS);
+    await runDir.writeConfig(c);
+    const { pool, owned } = await openPool(c.model, 1, o.pool, o.signal);
+    try {
+      const worker = pool.worker(0);
+      const path = await modelPath(c.model, runDir, c.seed, log);
+      await loadPolicy(worker, path, c.model);
+      const needsReference = c.loss.lossFunction === "minor_sft" || (c.loss.klToRefCoeff ?? 0) > 0;
+      const reference = needsReference ? await ReferenceModel.copyOf(worker, POLICY_MODEL, "ref") : null;
+      const train = await renderConversations(worker, POLICY_MODEL, await loadConversations(c.data, c.seed, "train"));
+      const held = heldOutData(c);
+      const evalExamples =
+        held === null ? null : await renderConversations(worker, POLICY_MODEL, await loadConversations(held, c.seed, "eval", c.eval.examples));
+      const totalSteps = runLength(c.steps, c.epochs, train.numel(), c.batchSize, "SFTTrainer config");
+      const trainer = await Trainer.create(worker, {
+        model: POLICY_MODEL,
+        loss: new SFTLoss(c.loss),
+        optimizer: toOptimizerConfig(c.optimizer),
+        schedule: toScheduleConfig(c.schedule, totalSteps),
+        gradClip: c.gradClip,
+        microBatchTokens: c.microBatchTokens,
+        reference,
+        replace: true,
+      });
+      let startStep = 0;
+      let position: SftPosition | undefined;
+      const latest = resumable ? await runDir.latestCheckpoint() : undefined;
+      if (latest !== undefined) {
+        const restored = await trainer.loadCheckpoint(latest.path);
+        startStep = restored.step;
+        position = (restored.dataPosition as { data?: SftPosition } | null)?.data;
+        log(`resumed ${runDir.path} at step ${String(startStep)} from ${latest.path}`);
+      }
+      if (resumable) await runDir.truncateAfter(latest === undefined ? -1 : startStep);
+      const shuffle = c.data.type === "dataset" ? c.data.shuffle : true;
+      const batches = new SftBatches(train, { batchSize: c.batchSize, seed: c.data.seed ?? c.seed, shuffle, position });
+      const evalEnv =
+        held?.type === "digit-sort"
+          ? new DigitSortEnv({
+              numDigits: held.numDigits,
+              heldOutFraction: held.heldOutFraction,
+              split: "eval",
+              seed: held.seed ?? c.seed,
+              batchSize: [c.eval.prompts],
+              ...(held.systemPrompt !== undefined ? { systemPrompt: held.systemPrompt } : {}),
+            })
+          : null;
+      return new SFTTrainer({ config: c, runDir, pool, ownsPool: owned, trainer, batches, evalExamples, evalEnv, totalSteps, startStep, log, signal: o.signal });
+    } catch (err) {
+      if (owned) await pool.close();
+      throw err;
+    }
+  }
+
+  /** Stops the worker it started (or drops its trainer and model from `pool`). */
+  protected override async closeParts(): Promise<void> {
+    const p = this.#parts;
+    await p.evalEnv?.close();
+    if (p.ownsPool) {
+      await p.pool.close();
+      return;
+    }
+    await p.trainer.close().catch(() => undefined);
+    for (const name of [POLICY_MODEL, "ref"]) await p.trainer.worker.unloadModel(name).catch(() => undefined);
+  }
+
+  /** One optimizer step on the next batch of examples. */
+  protected override async trainStep(step: number): Promise<StepOutcome> {
+    const start = performance.now();
+    const batch = this.#parts.batches.next();
+    const result = await this.trainer.step(batch);
+    const seconds = (performance.now() - start) / 1000;
+    const record: Record<string, number | null> = { step, policy_version: result.policyVersion };
+    for (const [name, value] of Object.entries(result.metrics)) record[name] = value;
+    Object.assign(record, { lr: result.lr, tokens_per_s: result.numTokens / seconds, step_time_s: seconds, epoch: this.#parts.batches.position.epoch });
+    return { record: record as StepRecord, samples: [] };
+  }
+
+  /** Held-out loss (and greedy task reward for digit-sort) after `step` steps. */
+  protected override async evaluateAt(step: number): Promise<EvalRecord> {
+    const { evalExamples, evalEnv } = this.#parts;
+    const loss = evalExamples === null ? null : ((await this.trainer.computeLoss(evalExamples)).metrics.loss ?? null);
+    if (evalEnv === null) return { step, count: evalExamples?.numel() ?? 0, rewardMean: null, rewardStd: null, rewards: {}, loss, samples: [] };
+    const heldOut = { env: evalEnv, position: () => null, epochSize: () => Promise.resolve(null), restart: () => void evalEnv.primer.resetDataloader() };
+    return evaluateOnEnv(heldOut, this.#evalPolicy, step, loss);
+  }
+
+  /** The trainer's checkpoint, with the batch order's position. */
+  protected override async saveCheckpoint(dir: string): Promise<void> {
+    const data = this.#parts.batches.position;
+    const dataPosition: JsonValue = { data: { epoch: data.epoch, index: data.index } };
+    await this.trainer.saveCheckpoint(dir, { dataPosition });
+  }
+}

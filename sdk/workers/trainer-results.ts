@@ -1,0 +1,90 @@
+/**
+ * What a worker answers to the training methods (`trainer_create`, `train_step`, `compute_loss`, `trainer_state`,
+ * `save_checkpoint`, `load_checkpoint`), checked with zod (a malformed reply is a `ProtocolError`).
+ */
+import { z } from "zod";
+import { JsonValueSchema } from "../core/json.js";
+
+/**
+ * Metrics of a step or a loss evaluation, TorchRL's names: `loss` (the total), `loss_objective`,
+ * `clip_fraction`, `kl_approx`, `ESS`, `entropy`, `loss_entropy`, `kl_to_ref`, `loss_kl_to_ref`, ...
+ * (those the loss has), and `grad_norm` after a step (before clipping). `null` where a value is not finite.
+ */
+export const MetricsSchema = z.record(z.string(), z.number().nullable());
+
+/** Metrics by name; see {@link MetricsSchema}. */
+export type TrainMetrics = z.infer<typeof MetricsSchema>;
+
+/** The reply of `compute_loss`. */
+export const LossResultSchema = z.object({
+  /** Optimizer steps taken so far. */
+  step: z.number().int().nonnegative(),
+  metrics: MetricsSchema,
+  /** Tokens under the loss mask, over the whole batch. */
+  numTokens: z.number().int().nonnegative(),
+  /** Rows of the batch. */
+  numSequences: z.number().int().nonnegative(),
+  /** Forward passes the batch was split into (`microBatchTokens`). */
+  microBatches: z.number().int().positive(),
+  /** The trained model's policy version (moves on each weight sync). */
+  policyVersion: z.number().int().nonnegative(),
+});
+
+/** The loss of a batch without a step: {@link LossResultSchema}. */
+export type LossResult = z.infer<typeof LossResultSchema>;
+
+/** The reply of `train_step`: the loss result plus the learning rate the step used. */
+export const TrainStepResultSchema = LossResultSchema.extend({
+  /** The learning rate of this step (the schedule's value before it advanced). */
+  lr: z.number(),
+});
+
+/** One optimizer step's outcome: {@link TrainStepResultSchema}. */
+export type TrainStepResult = z.infer<typeof TrainStepResultSchema>;
+
+/** The reply of `trainer_state`. */
+export const TrainerStateSchema = z.object({
+  model: z.string(),
+  /** Optimizer steps taken. */
+  step: z.number().int().nonnegative(),
+  policyVersion: z.number().int().nonnegative(),
+  /** The learning rate of the next step. */
+  lr: z.number(),
+  trainableParameters: z.number().int().nonnegative(),
+  /** The metrics of the last step (empty before the first). */
+  lastMetrics: MetricsSchema,
+  /** The configs as the worker holds them (camelCase JSON). */
+  loss: z.record(z.string(), z.unknown()),
+  optimizer: z.record(z.string(), z.unknown()),
+  schedule: z.record(z.string(), z.unknown()),
+  gradClip: z.number().nullable(),
+  microBatchTokens: z.number().int().nullable(),
+  refModel: z.string().nullable(),
+  autocast: z.string().nullable(),
+  lora: z.record(z.string(), z.unknown()).nullable(),
+});
+
+/** A trainer's state in its worker: {@link TrainerStateSchema}. */
+export type TrainerState = z.infer<typeof TrainerStateSchema>;
+
+/** The extra facts `trainer_create` answers: which inputs the loss reads from the batch. */
+export const CreatedSchema = TrainerStateSchema.extend({
+  needs: z.object({ oldLogProbs: z.boolean(), refLogProbs: z.boolean(), advantages: z.boolean() }),
+});
+
+/** The reply of `save_checkpoint`: the content of `trainer_state.json` and the directory. */
+export const CheckpointInfoSchema = z.object({
+  path: z.string(),
+  step: z.number().int().nonnegative(),
+  policyVersion: z.number().int().nonnegative(),
+  dataPosition: JsonValueSchema,
+});
+
+/** A written checkpoint: {@link CheckpointInfoSchema}. */
+export type CheckpointInfo = z.infer<typeof CheckpointInfoSchema>;
+
+/** The reply of `load_checkpoint`: the restored state, the data position saved with it, the directory. */
+export const RestoredSchema = TrainerStateSchema.extend({ dataPosition: JsonValueSchema, path: z.string() });
+
+/** A trainer restored from a checkpoint: {@link RestoredSchema}. */
+export type RestoredState = z.infer<typeof RestoredSchema>;
