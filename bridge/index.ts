@@ -12,9 +12,9 @@ export {
   type WorkerInfo,
 } from "./protocol/envelope.js";
 export type { Payload } from "./protocol/payload.js";
-export { RpcChannel, type RequestOptions, type RpcChannelOptions, type RpcReply } from "./protocol/channel.js";
+export { RPCChannel, type RequestOptions, type RPCChannelOptions, type RPCReply } from "./protocol/channel.js";
 export type { Transport, TransportHandler } from "./transport/transport.js";
-export { ZmqDealerTransport, type ZmqDealerOptions } from "./transport/zmq.js";
+export { ZMQDealerTransport, type ZMQDealerOptions } from "./transport/zmq.js";
 export { InMemoryTransport } from "./transport/memory.js";
 export { WorkerProcess, type WorkerExit, type WorkerLogMode, type WorkerProcessOptions, type WorkerReady } from "./worker/process.js";
 export { WorkerConnection, type ConnectionOptions, type OpenConnectionOptions } from "./worker/connection.js";
@@ -26,3 +26,4 @@ export {
   type LocalWorkersOptions,
 } from "./worker/local.js";
 export { packageRoot, resolvePython } from "./worker/python.js";
+export * from "./deprecated.js";

@@ -28,13 +28,13 @@ export interface RequestOptions {
 }
 
 /** A successful reply. */
-export interface RpcReply {
+export interface RPCReply {
   readonly result: Readonly<Record<string, unknown>>;
   readonly payloads: readonly Payload[];
 }
 
-/** Options of {@link RpcChannel}. */
-export interface RpcChannelOptions {
+/** Options of {@link RPCChannel}. */
+export interface RPCChannelOptions {
   /** Name used in error messages, e.g. `"worker 0"`. */
   readonly name: string;
   /** Default per-request timeout in ms; `0` (the default) waits forever. */
@@ -45,7 +45,7 @@ export interface RpcChannelOptions {
 
 interface Pending {
   readonly method: string;
-  readonly resolve: (reply: RpcReply) => void;
+  readonly resolve: (reply: RPCReply) => void;
   readonly reject: (error: Error) => void;
   readonly cleanup: () => void;
 }
@@ -60,7 +60,7 @@ interface PendingHeartbeat {
  * per-request timeouts, AbortSignal cancellation, heartbeats. Once failed (`fail`), every pending and
  * future request is rejected with the failure error: no promise hangs.
  */
-export class RpcChannel {
+export class RPCChannel {
   private readonly pending = new Map<number, Pending>();
   private readonly heartbeats = new Map<number, PendingHeartbeat>();
   private nextId = 1;
@@ -69,7 +69,7 @@ export class RpcChannel {
 
   constructor(
     private readonly transport: Transport,
-    private readonly options: RpcChannelOptions,
+    private readonly options: RPCChannelOptions,
   ) {
     transport.start({
       message: (frames) => {
@@ -102,7 +102,7 @@ export class RpcChannel {
     args: Record<string, unknown> = {},
     payloads: readonly Payload[] = [],
     options: RequestOptions = {},
-  ): Promise<RpcReply> {
+  ): Promise<RPCReply> {
     if (this.failure !== undefined) return Promise.reject(this.failure);
     const signal = options.signal;
     if (signal?.aborted === true) return Promise.reject(new RequestAbortedError(method, signal.reason));
@@ -116,7 +116,7 @@ export class RpcChannel {
       args,
       payloads: payloads.map(describePayload),
     };
-    return new Promise<RpcReply>((resolve, reject) => {
+    return new Promise<RPCReply>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const onAbort = (): void => {
         this.abandon(id, new RequestAbortedError(method, signal?.reason));
@@ -262,7 +262,7 @@ function describePayload(payload: Payload): PayloadDescriptor {
   return { kind: payload.kind };
 }
 
-function toReply(method: string, message: ResponseEnvelope, frames: Uint8Array[]): RpcReply | Error {
+function toReply(method: string, message: ResponseEnvelope, frames: Uint8Array[]): RPCReply | Error {
   if (!message.ok) {
     const error = message.error ?? { code: "INTERNAL", message: "failed without an error object" };
     return new WorkerError(error.code, method, error.message, error.details ?? {});

@@ -20,7 +20,7 @@ export const PayloadDescriptorSchema = z.discriminatedUnion("kind", [
 export type PayloadDescriptor = z.infer<typeof PayloadDescriptorSchema>;
 
 const RequestId = z.number().int().nonnegative();
-const JsonObject = z.record(z.string(), z.unknown());
+const JSONObject = z.record(z.string(), z.unknown());
 
 /** Client → worker: call a method. */
 export const RequestEnvelopeSchema = z.object({
@@ -28,7 +28,7 @@ export const RequestEnvelopeSchema = z.object({
   type: z.literal("request"),
   id: RequestId,
   method: z.string().min(1),
-  args: JsonObject,
+  args: JSONObject,
   payloads: z.array(PayloadDescriptorSchema),
 });
 
@@ -50,7 +50,7 @@ export const CancelEnvelopeSchema = z.object({
 export const RemoteErrorSchema = z.object({
   code: z.string(),
   message: z.string(),
-  details: JsonObject.optional(),
+  details: JSONObject.optional(),
 });
 
 /** Worker → client: the outcome of a request. */
@@ -59,7 +59,7 @@ export const ResponseEnvelopeSchema = z.object({
   type: z.literal("response"),
   id: RequestId.nullable(),
   ok: z.boolean(),
-  result: JsonObject.optional(),
+  result: JSONObject.optional(),
   error: RemoteErrorSchema.optional(),
   payloads: z.array(PayloadDescriptorSchema).default([]),
 });

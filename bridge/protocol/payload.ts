@@ -1,6 +1,6 @@
 import type { DType } from "../wire/dtypes.js";
 
-/** A payload frame with its descriptor, as passed to and returned from {@link RpcChannel.request}. */
+/** A payload frame with its descriptor, as passed to and returned from {@link RPCChannel.request}. */
 export type Payload =
   | { readonly kind: "tensordict"; readonly data: Uint8Array }
   | {

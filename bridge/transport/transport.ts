@@ -1,6 +1,6 @@
 /**
  * A transport moves multipart messages (arrays of frames) between the client and one worker.
- * It knows nothing of envelopes: the protocol layer (`RpcChannel`) sits on top.
+ * It knows nothing of envelopes: the protocol layer (`RPCChannel`) sits on top.
  */
 export interface Transport {
   /** Starts delivering received messages to `handler`; called once. */

@@ -2,8 +2,8 @@ import { Dealer } from "zeromq";
 import { ConnectionClosedError } from "../errors.js";
 import type { Transport, TransportHandler } from "./transport.js";
 
-/** Options of {@link ZmqDealerTransport}. */
-export interface ZmqDealerOptions {
+/** Options of {@link ZMQDealerTransport}. */
+export interface ZMQDealerOptions {
   /** Endpoint of the worker's ROUTER, e.g. `ipc:///tmp/x/worker-0.sock` or `tcp://127.0.0.1:5555`. */
   readonly endpoint: string;
 }
@@ -12,7 +12,7 @@ export interface ZmqDealerOptions {
  * A ZeroMQ DEALER connected to one worker's ROUTER. zeromq.js allows one pending send and one pending
  * receive per socket, so this class owns the socket: a single receive loop and a FIFO send queue.
  */
-export class ZmqDealerTransport implements Transport {
+export class ZMQDealerTransport implements Transport {
   private readonly socket: Dealer;
   private sendTail: Promise<void> = Promise.resolve();
   /** Sends started and not yet settled. */
@@ -20,7 +20,7 @@ export class ZmqDealerTransport implements Transport {
   private closing = false;
   private handler: TransportHandler | undefined;
 
-  constructor(options: ZmqDealerOptions) {
+  constructor(options: ZMQDealerOptions) {
     // linger 0: close() must not block on unsent messages to a worker that may be gone.
     this.socket = new Dealer({ linger: 0, sendHighWaterMark: 0, receiveHighWaterMark: 0 });
     this.socket.connect(options.endpoint);

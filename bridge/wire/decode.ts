@@ -13,7 +13,7 @@ import { DataType, Message, MessageHeader, RecordBatchReader, type Data, type Fi
 
 import { WireFormatError } from "../errors.js";
 import { isDType, itemSize, typedArrayConstructor, type AnyTypedArray, type DType } from "./dtypes.js";
-import { FIXED_SHAPE_TENSOR, HISTORY_FIELDS, HISTORY_KIND, META_KEYS, WIRE_FORMAT_VERSION, isJsonArrayText } from "./encode.js";
+import { FIXED_SHAPE_TENSOR, HISTORY_FIELDS, HISTORY_KIND, META_KEYS, WIRE_FORMAT_VERSION, isJSONArrayText } from "./encode.js";
 import { verifyMessageFlatbuffer } from "./verify.js";
 import type {
   WireBatch,
@@ -396,7 +396,7 @@ function readHistory(data: Data, rows: number, path: readonly string[]): WireHis
       if (participant !== "") message.name = participant;
       const calls = toolCalls(k, label("tool_calls"));
       if (calls !== "") {
-        if (!isJsonArrayText(calls)) {
+        if (!isJSONArrayText(calls)) {
           const shown = calls.length > 40 ? `${calls.slice(0, 40)}…` : calls;
           bad(path, `row ${i}, message ${j}: tool_calls must be the JSON text of an array, found ${JSON.stringify(shown)}`);
         }

@@ -366,7 +366,7 @@ function messageText(value: unknown, optional: boolean, path: readonly string[],
 }
 
 /** True when `text` is JSON text whose value is an array (the `tool_calls` of a history message). */
-export function isJsonArrayText(text: string): boolean {
+export function isJSONArrayText(text: string): boolean {
   try {
     return Array.isArray(JSON.parse(text));
   } catch {
@@ -408,7 +408,7 @@ function planHistory(name: string, column: WireHistory, rows: number, path: read
         messageText(msg.name, true, path, at, "name"),
         messageText(msg.toolCalls, true, path, at, "toolCalls"),
       ] as const;
-      if (fields[3] !== "" && !isJsonArrayText(fields[3])) {
+      if (fields[3] !== "" && !isJSONArrayText(fields[3])) {
         fail(path, `${at}: toolCalls must be the JSON text of an array, found ${JSON.stringify(abbreviate(fields[3]))}`);
       }
       for (let k = 0; k < 4; k++) {

@@ -4,11 +4,11 @@ import {
   WorkerDiedError,
   WorkerUnresponsiveError,
 } from "../errors.js";
-import { RpcChannel, type RequestOptions, type RpcReply } from "../protocol/channel.js";
+import { RPCChannel, type RequestOptions, type RPCReply } from "../protocol/channel.js";
 import { PROTOCOL_VERSION, WorkerInfoSchema, type HeartbeatReply, type WorkerInfo } from "../protocol/envelope.js";
 import type { Payload } from "../protocol/payload.js";
 import type { Transport } from "../transport/transport.js";
-import { ZmqDealerTransport } from "../transport/zmq.js";
+import { ZMQDealerTransport } from "../transport/zmq.js";
 import type { WorkerProcess } from "./process.js";
 
 /** Liveness and timeout settings of a {@link WorkerConnection}. */
@@ -50,7 +50,7 @@ export class WorkerConnection {
 
   private constructor(
     readonly name: string,
-    private readonly channel: RpcChannel,
+    private readonly channel: RPCChannel,
     readonly info: WorkerInfo,
     readonly process: WorkerProcess | undefined,
     // Shared with the exit watcher, which must tell a requested shutdown from a death.
@@ -60,7 +60,7 @@ export class WorkerConnection {
   /** Connects, performs the handshake and starts supervision. */
   static async open(options: OpenConnectionOptions): Promise<WorkerConnection> {
     const transport = options.transport ?? newZmqTransport(options);
-    const channel = new RpcChannel(transport, {
+    const channel = new RPCChannel(transport, {
       name: options.name,
       requestTimeoutMs: options.requestTimeoutMs ?? 0,
     });
@@ -118,7 +118,7 @@ export class WorkerConnection {
     args: Record<string, unknown> = {},
     payloads: readonly Payload[] = [],
     options: RequestOptions = {},
-  ): Promise<RpcReply> {
+  ): Promise<RPCReply> {
     return this.channel.request(method, args, payloads, options);
   }
 
@@ -182,7 +182,7 @@ function newZmqTransport(options: OpenConnectionOptions): Transport {
   if (options.endpoint === undefined) {
     throw new ProtocolError(`${options.name}: neither an endpoint nor a transport was given`);
   }
-  return new ZmqDealerTransport({ endpoint: options.endpoint });
+  return new ZMQDealerTransport({ endpoint: options.endpoint });
 }
 
 async function waitFor(promise: Promise<unknown>, timeoutMs: number): Promise<boolean> {

@@ -4,4 +4,4 @@
  */
 export { InvalidArgumentError, PosttrainError, ProtocolError } from "./errors.js";
 export { fieldProblems, parseOptions, parseReply, type FieldProblem } from "./validation.js";
-export { JsonValueSchema, type JsonObject, type JsonValue } from "./json.js";
+export { JSONValueSchema, type JSONObject, type JSONValue } from "./json.js";

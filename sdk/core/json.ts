@@ -2,12 +2,12 @@
 import { z } from "zod";
 
 /** A JSON value (what tool-call arguments, data positions and worker results may hold). */
-export type JsonValue = string | number | boolean | null | readonly JsonValue[] | { readonly [key: string]: JsonValue };
+export type JSONValue = string | number | boolean | null | readonly JSONValue[] | { readonly [key: string]: JSONValue };
 
 /** A JSON object. */
-export type JsonObject = { readonly [key: string]: JsonValue };
+export type JSONObject = { readonly [key: string]: JSONValue };
 
 /** Any JSON value, checked recursively. */
-export const JsonValueSchema: z.ZodType<JsonValue> = z.lazy(() =>
-  z.union([z.string(), z.number(), z.boolean(), z.null(), z.array(JsonValueSchema), z.record(z.string(), JsonValueSchema)]),
+export const JSONValueSchema: z.ZodType<JSONValue> = z.lazy(() =>
+  z.union([z.string(), z.number(), z.boolean(), z.null(), z.array(JSONValueSchema), z.record(z.string(), JSONValueSchema)]),
 );

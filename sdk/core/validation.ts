@@ -3,7 +3,7 @@
  * replies), with errors that name each bad field, what is allowed and what was given.
  */
 import { z } from "zod";
-import type { RpcReply } from "../../bridge/index.js";
+import type { RPCReply } from "../../bridge/index.js";
 import { InvalidArgumentError, ProtocolError } from "./errors.js";
 import { unknownFieldHint } from "./field-hints.js";
 
@@ -91,7 +91,7 @@ export function parseOptions<T>(schema: z.ZodType<T>, value: unknown, where: str
  * const info = parseReply("load_model", ModelInfoSchema, reply);
  * ```
  */
-export function parseReply<T>(method: string, schema: z.ZodType<T>, reply: RpcReply): T {
+export function parseReply<T>(method: string, schema: z.ZodType<T>, reply: RPCReply): T {
   const parsed = schema.safeParse(reply.result);
   if (!parsed.success) throw new ProtocolError(`${method}: malformed result: ${z.prettifyError(parsed.error)}`);
   return parsed.data;

@@ -11,7 +11,7 @@
  * or as a hand-written {@link ChatTemplate}.
  */
 import { ChatParseError, InvalidArgumentError, InvalidHistoryError } from "./errors.js";
-import type { ChatMessage, JsonObject, JsonValue, ToolCall } from "./message.js";
+import type { ChatMessage, JSONObject, JSONValue, ToolCall } from "./message.js";
 
 /** Names of the registered chat templates (`"chatml"` built in). */
 export type ChatTemplateName = "chatml" | (string & {});
@@ -221,7 +221,7 @@ function buildMessage(role: string, content: string, isComplete: boolean, parseT
   };
 }
 
-function isJsonObject(value: unknown): value is JsonObject {
+function isJsonObject(value: unknown): value is JSONObject {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
@@ -240,10 +240,10 @@ export function parseHermesToolCalls(content: string): ToolCall[] {
       continue;
     }
     if (!isJsonObject(body) || typeof body.name !== "string" || body.name === "") continue;
-    let args: JsonValue | undefined = body.arguments;
+    let args: JSONValue | undefined = body.arguments;
     if (typeof args === "string") {
       try {
-        args = JSON.parse(args) as JsonValue;
+        args = JSON.parse(args) as JSONValue;
       } catch {
         continue;
       }

@@ -25,9 +25,10 @@ export {
   MESSAGE_FIELDS,
   ToolCallSchema,
   type ChatMessage,
-  type JsonObject,
-  type JsonValue,
+  type JSONObject,
+  type JSONValue,
   type Role,
   type ToolCall,
 } from "./message.js";
 export * from "./replay-buffer/index.js";
+export * from "./deprecated.js";

@@ -6,20 +6,20 @@
  * when it is `false` (TorchRL's `is_complete` defaults to true), so `History.from(msgs).toJSON()` gives back `msgs`.
  */
 import { z } from "zod";
-import type { JsonObject, JsonValue } from "../core/json.js";
+import type { JSONObject, JSONValue } from "../core/json.js";
 import { InvalidHistoryError } from "./errors.js";
 
 /** A message role. The four standard roles are suggested; any non-empty string is accepted. */
 export type Role = "system" | "user" | "assistant" | "tool" | (string & {});
 
-export type { JsonObject, JsonValue } from "../core/json.js";
+export type { JSONObject, JSONValue } from "../core/json.js";
 
 /** A function call requested by the assistant (Hermes/Qwen `{"name": ..., "arguments": {...}}`). */
 export interface ToolCall {
   /** The function name. */
   readonly name: string;
   /** The arguments, a JSON object. */
-  readonly arguments: JsonObject;
+  readonly arguments: JSONObject;
   /** An id that ties the call to its response, when the format has one. */
   readonly id?: string;
 }
@@ -106,7 +106,7 @@ interface Loose {
   role: string;
   content: string;
   name: string | undefined;
-  toolCalls: readonly { name: string; arguments: JsonObject; id: string | undefined }[] | undefined;
+  toolCalls: readonly { name: string; arguments: JSONObject; id: string | undefined }[] | undefined;
   toolResponses: readonly string[] | undefined;
   isComplete: boolean | undefined;
 }
@@ -125,26 +125,26 @@ function normalize(m: Loose): ChatMessage {
 }
 
 /** A deep, frozen copy of a JSON value. */
-function freezeJson<T extends JsonValue>(value: T): T {
+function freezeJson<T extends JSONValue>(value: T): T {
   if (value === null || typeof value !== "object") return value;
-  if (Array.isArray(value)) return Object.freeze((value as readonly JsonValue[]).map((v) => freezeJson(v))) as unknown as T;
-  const out: Record<string, JsonValue> = {};
+  if (Array.isArray(value)) return Object.freeze((value as readonly JSONValue[]).map((v) => freezeJson(v))) as unknown as T;
+  const out: Record<string, JSONValue> = {};
   for (const [k, v] of Object.entries(value)) out[k] = freezeJson(v);
   return Object.freeze(out) as T;
 }
 
 /** Deep equality of JSON values (object key order does not matter). */
-export function jsonEqual(a: JsonValue | undefined, b: JsonValue | undefined): boolean {
+export function jsonEqual(a: JSONValue | undefined, b: JSONValue | undefined): boolean {
   if (a === b) return true;
   if (a === null || b === null || a === undefined || b === undefined || typeof a !== "object" || typeof b !== "object") return false;
   if (Array.isArray(a) || Array.isArray(b)) {
     if (!Array.isArray(a) || !Array.isArray(b)) return false;
-    const xs = a as readonly JsonValue[];
-    const ys = b as readonly JsonValue[];
+    const xs = a as readonly JSONValue[];
+    const ys = b as readonly JSONValue[];
     return xs.length === ys.length && xs.every((x, i) => jsonEqual(x, ys[i]));
   }
-  const ao = a as JsonObject;
-  const bo = b as JsonObject;
+  const ao = a as JSONObject;
+  const bo = b as JSONObject;
   const keys = Object.keys(ao);
   if (keys.length !== Object.keys(bo).length) return false;
   return keys.every((k) => Object.hasOwn(bo, k) && jsonEqual(ao[k], bo[k]));

@@ -5,12 +5,12 @@
  *
  * A message travels field by field; `toolCalls` travels as compact JSON text of the array, written so that Python's
  * `json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)` gives the same text back (see
- * {@link toolCallsToJson}).
+ * {@link toolCallsToJSON}).
  */
 import type { WireChatMessage, WireHistory } from "../../bridge/wire/types.js";
 import { InvalidArgumentError, InvalidHistoryError } from "./errors.js";
 import type { HistoryBatch } from "./history.js";
-import { describeValue, validateMessage, type ChatMessage, type JsonValue, type ToolCall } from "./message.js";
+import { describeValue, validateMessage, type ChatMessage, type JSONValue, type ToolCall } from "./message.js";
 
 /**
  * A JSON number as Python's `json.dumps` writes the value that `json.loads` reads from JavaScript's text: integers
@@ -28,11 +28,11 @@ function pythonNumber(n: number): string {
 }
 
 /** Compact JSON text of a JSON value: keys in insertion order, no spaces, numbers as Python writes them. */
-function compactJson(value: JsonValue): string {
+function compactJson(value: JSONValue): string {
   if (value === null || typeof value === "boolean" || typeof value === "string") return JSON.stringify(value);
   if (typeof value === "number") return pythonNumber(value);
-  if (Array.isArray(value)) return `[${(value as readonly JsonValue[]).map(compactJson).join(",")}]`;
-  return `{${Object.entries(value as { readonly [key: string]: JsonValue }).map(([k, v]) => `${JSON.stringify(k)}:${compactJson(v)}`).join(",")}}`;
+  if (Array.isArray(value)) return `[${(value as readonly JSONValue[]).map(compactJson).join(",")}]`;
+  return `{${Object.entries(value as { readonly [key: string]: JSONValue }).map(([k, v]) => `${JSON.stringify(k)}:${compactJson(v)}`).join(",")}}`;
 }
 
 /**
@@ -41,15 +41,15 @@ function compactJson(value: JsonValue): string {
  * `JSON.stringify(toolCalls)` except for numbers JavaScript and Python lay out differently, which are written the way
  * Python's `json.dumps(..., separators=(",", ":"), ensure_ascii=False)` writes them, so both sides produce the same text.
  */
-export function toolCallsToJson(toolCalls: readonly ToolCall[]): string {
-  return compactJson(toolCalls as unknown as JsonValue);
+export function toolCallsToJSON(toolCalls: readonly ToolCall[]): string {
+  return compactJson(toolCalls as unknown as JSONValue);
 }
 
 /** One message in its wire form: absent optional fields stay absent, `isComplete` travels only when false. */
 function messageToWire(m: ChatMessage): WireChatMessage {
   const out: { -readonly [K in keyof WireChatMessage]: WireChatMessage[K] } = { role: m.role, content: m.content };
   if (m.name !== undefined) out.name = m.name;
-  if (m.toolCalls !== undefined) out.toolCalls = toolCallsToJson(m.toolCalls);
+  if (m.toolCalls !== undefined) out.toolCalls = toolCallsToJSON(m.toolCalls);
   if (m.toolResponses !== undefined) out.toolResponses = m.toolResponses;
   if (m.isComplete === false) out.isComplete = false;
   return out;

@@ -82,3 +82,4 @@ export {
   type KLRewardTransformOptions,
   type RetrieveKLOptions,
 } from "./transforms/kl.js";
+export * from "./deprecated.js";

@@ -33,8 +33,9 @@ export {
   type PolicyLossWireFields,
   type SAPOLossOptions,
   type SAPOLossWire,
-  type SftLossFunction,
+  type SFTLossFunction,
   type SFTLossOptions,
   type SFTLossWire,
-  type TrlLossType,
+  type TRLLossType,
 } from "./losses.js";
+export * from "./deprecated.js";

@@ -14,7 +14,7 @@ export type Aggregation = (typeof AGGREGATIONS)[number];
 /** TRL's `loss_type` normalisations, so that TRL users reproduce their runs. */
 export const TRL_LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"] as const;
 /** TRL's normalisations: `grpo` (per-sequence mean), `bnpo` and `dapo` (token mean), `dr_grpo` (Σ / (B × L)). */
-export type TrlLossType = (typeof TRL_LOSS_TYPES)[number];
+export type TRLLossType = (typeof TRL_LOSS_TYPES)[number];
 
 /** Which tokens the loss trains on (TorchRL's `masking_strategy`). */
 export const MASKING_STRATEGIES = ["sft", "rlhf", "generic"] as const;
@@ -24,7 +24,7 @@ export type MaskingStrategy = (typeof MASKING_STRATEGIES)[number];
 /** SFT objectives (TorchRL's `loss_function`). */
 export const SFT_LOSS_FUNCTIONS = ["sft", "minor_sft"] as const;
 /** `sft`: negative log-likelihood; `minor_sft`: `−logσ(β(s − s_ref))` against a reference model. */
-export type SftLossFunction = (typeof SFT_LOSS_FUNCTIONS)[number];
+export type SFTLossFunction = (typeof SFT_LOSS_FUNCTIONS)[number];
 
 const ClipEpsilonSchema = z.union([z.number().min(0), z.tuple([z.number().min(0), z.number().min(0)])]);
 const CoeffSchema = z.number().min(0).nullable();
@@ -53,7 +53,7 @@ const policyFields = {
 
 interface PolicyShape {
   aggregation?: Aggregation | undefined;
-  lossType?: TrlLossType | undefined;
+  lossType?: TRLLossType | undefined;
   maxCompletionLength?: number | undefined;
 }
 
@@ -173,7 +173,7 @@ export interface PolicyLossWireFields {
   readonly maskingStrategy: MaskingStrategy;
   /** Present unless `lossType` is. */
   readonly aggregation?: Aggregation;
-  readonly lossType?: TrlLossType;
+  readonly lossType?: TRLLossType;
   readonly maxCompletionLength?: number;
 }
 /** The JSON {@link GRPOLoss} (and {@link DAPOLoss}) sends to the worker. */
@@ -201,7 +201,7 @@ export interface SAPOLossWire extends PolicyLossWireFields {
 /** The JSON {@link SFTLoss} sends to the worker. */
 export interface SFTLossWire {
   readonly type: "sft";
-  readonly lossFunction: SftLossFunction;
+  readonly lossFunction: SFTLossFunction;
   readonly normalizeBySeqLength: boolean;
   readonly klToRefCoeff: number | null;
   readonly beta: number;

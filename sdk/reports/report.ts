@@ -22,7 +22,7 @@ export interface SampleRecord {
   readonly [extra: string]: unknown;
 }
 
-/** What {@link renderReportHtml} draws. */
+/** What {@link renderReportHTML} draws. */
 export interface ReportInput {
   readonly title: string;
   readonly metrics: readonly MetricRecord[];
@@ -113,7 +113,7 @@ pre{background:#f8fafc;padding:8px;border-radius:6px;overflow:auto;max-height:32
 td.text{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:12px;max-width:520px}`;
 
 /** Renders the report as one HTML document string. */
-export function renderReportHtml(input: ReportInput): string {
+export function renderReportHTML(input: ReportInput): string {
   const all = metricNames(input.metrics);
   const charts = CHARTS.map((spec) => ({ spec, series: seriesFor(input.metrics, spec, all) }))
     .filter((c) => c.series.length > 0)
@@ -143,7 +143,7 @@ ${input.configText === undefined ? "" : `<h2>Config</h2><pre>${escapeXml(input.c
 }
 
 /** Parses JSON lines, skipping blank lines and a torn last line (a run killed mid-write). */
-export function parseJsonLines(text: string, file: string): unknown[] {
+export function parseJSONLines(text: string, file: string): unknown[] {
   const lines = text.split("\n");
   const out: unknown[] = [];
   lines.forEach((line, i) => {
@@ -184,10 +184,10 @@ function isSampleRecord(value: unknown): value is SampleRecord {
 export async function writeReport(runDir: string, options: { title?: string } = {}): Promise<string> {
   const metricsText = await readOptional(join(runDir, "metrics.jsonl"));
   if (metricsText === undefined) throw new ReportError(`${runDir}: no metrics.jsonl (is this a run directory?)`);
-  const metrics = parseJsonLines(metricsText, "metrics.jsonl").filter(isMetricRecord);
-  const samples = parseJsonLines((await readOptional(join(runDir, "samples.jsonl"))) ?? "", "samples.jsonl").filter(isSampleRecord);
+  const metrics = parseJSONLines(metricsText, "metrics.jsonl").filter(isMetricRecord);
+  const samples = parseJSONLines((await readOptional(join(runDir, "samples.jsonl"))) ?? "", "samples.jsonl").filter(isSampleRecord);
   const configText = await readOptional(join(runDir, "config.yaml"));
-  const html = renderReportHtml({
+  const html = renderReportHTML({
     title: options.title ?? `posttrain run: ${runDir}`,
     metrics,
     samples,

@@ -18,7 +18,7 @@ import { completionLengths, rewardMeans, rewardStats } from "./step-metrics.js";
 import type { TaskEnv } from "./task-env.js";
 
 /** What a GRPO step runs on. */
-export interface GrpoStepContext {
+export interface GRPOStepContext {
   /** The training env: `promptsPerStep × groupSize` rows per reset, each prompt `groupSize` times in a row. */
   readonly env: TaskEnv;
   /** Samples `groupSize` completions per prompt, with log-probs. */
@@ -41,7 +41,7 @@ export function stepSeed(seed: number, step: number): number {
  * returns the log-probs), the env's rewards, advantages `(r − mean) / max(std, 1e-6)` per group, one optimizer step
  * on `("tokens","full")`, `("tokens","prompt")`, `("log_probs","full")` and `"advantage"`, then the weight sync.
  */
-export async function grpoStep(ctx: GrpoStepContext, step: number, samplesPerStep: number): Promise<StepOutcome & { policyVersion: number }> {
+export async function grpoStep(ctx: GRPOStepContext, step: number, samplesPerStep: number): Promise<StepOutcome & { policyVersion: number }> {
   const G = ctx.groupSize;
   const P = ctx.promptsPerStep;
   const start = performance.now();

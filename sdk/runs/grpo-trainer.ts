@@ -6,13 +6,13 @@
 import { z } from "zod";
 import { InvalidArgumentError } from "../core/errors.js";
 import { parseOptions } from "../core/index.js";
-import type { JsonValue } from "../data/index.js";
+import type { JSONValue } from "../data/index.js";
 import { EnvBase } from "../envs/env-base.js";
 import { RewardSpecSchema, type RewardSpec } from "../envs/rewards.js";
 import { TransformersWrapper } from "../modules/transformers.js";
 import { ReferenceModel } from "../trainers/reference.js";
 import { Trainer } from "../trainers/trainer.js";
-import { SharedWeightSyncScheme, ZmqWeightSyncScheme, type WeightSyncScheme } from "../trainers/weight-sync.js";
+import { SharedWeightSyncScheme, ZMQWeightSyncScheme, type WeightSyncScheme } from "../trainers/weight-sync.js";
 import type { WorkerClient } from "../workers/client.js";
 import type { WorkerPool } from "../workers/pool.js";
 import { toOptimizerConfig, toScheduleConfig } from "./config-blocks.js";
@@ -199,18 +199,18 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
         generator = pool.worker(1);
         generatorModel = POLICY_MODEL;
         await loadPolicy(generator, path, c.model);
-        sync = new ZmqWeightSyncScheme(trainer, [{ worker: generator, model: POLICY_MODEL }]);
+        sync = new ZMQWeightSyncScheme(trainer, [{ worker: generator, model: POLICY_MODEL }]);
       } else {
         sync = await SharedWeightSyncScheme.create(trainer, { target: GENERATOR_MODEL });
       }
 
       let startStep = 0;
-      let position: JsonValue | undefined;
+      let position: JSONValue | undefined;
       const latest = resumable ? await runDir.latestCheckpoint() : undefined;
       if (latest !== undefined) {
         const restored = await trainer.loadCheckpoint(latest.path);
         startStep = restored.step;
-        const saved = restored.dataPosition as { task?: JsonValue } | null;
+        const saved = restored.dataPosition as { task?: JSONValue } | null;
         position = saved?.task ?? undefined;
         if (layout === "separate") await sync.updateWeights();
         log(`resumed ${runDir.path} at step ${String(startStep)} from ${latest.path}`);

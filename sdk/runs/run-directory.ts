@@ -7,7 +7,7 @@
 import { mkdir, open, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
-import { parseJsonLines, writeReport, type MetricRecord, type SampleRecord } from "../reports/index.js";
+import { parseJSONLines, writeReport, type MetricRecord, type SampleRecord } from "../reports/index.js";
 import { RunConfigMismatchError, RunDirectoryError } from "./errors.js";
 
 /** A checkpoint of the run: its step and directory. */
@@ -153,7 +153,7 @@ export class RunDirectory {
   /** The records of `metrics.jsonl` (a torn last line is skipped). */
   async readMetrics(): Promise<MetricRecord[]> {
     const text = (await readOptional(this.metricsPath)) ?? "";
-    return parseJsonLines(text, "metrics.jsonl").filter(
+    return parseJSONLines(text, "metrics.jsonl").filter(
       (r): r is MetricRecord => typeof r === "object" && r !== null && typeof (r as { step?: unknown }).step === "number",
     );
   }
@@ -166,7 +166,7 @@ export class RunDirectory {
     for (const path of [this.metricsPath, this.samplesPath]) {
       const text = await readOptional(path);
       if (text === undefined) continue;
-      const kept = parseJsonLines(text, path).filter((r) => (r as { step?: unknown }).step === undefined || Number((r as { step: unknown }).step) <= step);
+      const kept = parseJSONLines(text, path).filter((r) => (r as { step?: unknown }).step === undefined || Number((r as { step: unknown }).step) <= step);
       const tmp = `${path}.tmp-${String(process.pid)}`;
       await writeFile(tmp, kept.map((r) => `${JSON.stringify(r)}\n`).join(""), "utf8");
       await rename(tmp, path);

@@ -20,7 +20,7 @@ const SftFieldsSchema = FieldsSchema.refine(
  * trained on) or `prompt` + `completion` (strings: the prompt becomes a user message, the completion the assistant's
  * answer).
  */
-export const SftDatasetDataSchema = z.strictObject({
+export const SFTDatasetDataSchema = z.strictObject({
   type: z.literal("dataset"),
   files: Files,
   fields: SftFieldsSchema,
@@ -33,7 +33,7 @@ export const SftDatasetDataSchema = z.strictObject({
 });
 
 /** SFT examples of the built-in digit-sort task: `examples` seeded problems of its training split with their answers. */
-export const SftDigitSortDataSchema = z.strictObject({
+export const SFTDigitSortDataSchema = z.strictObject({
   type: z.literal("digit-sort"),
   /** How many distinct training examples (default 2000). */
   examples: z.number().int().min(1).default(2000),
@@ -45,16 +45,16 @@ export const SftDigitSortDataSchema = z.strictObject({
 });
 
 /** The `data` (and `evalData`) block of an SFT run config, by `type`. */
-export const SftDataConfigSchema = z.discriminatedUnion("type", [SftDatasetDataSchema, SftDigitSortDataSchema]);
+export const SFTDataConfigSchema = z.discriminatedUnion("type", [SFTDatasetDataSchema, SFTDigitSortDataSchema]);
 
 /** The data block (input form). */
-export type SftDataConfigInput = z.input<typeof SftDataConfigSchema>;
+export type SFTDataConfigInput = z.input<typeof SFTDataConfigSchema>;
 
 /**
  * Held-out evaluation every `every` steps (0 = off, default): the loss on `examples` held-out examples (default 64)
  * and, when the data is a task (digit-sort), the greedy task reward on `prompts` held-out prompts (default 64).
  */
-export const SftEvalConfigSchema = z.strictObject({
+export const SFTEvalConfigSchema = z.strictObject({
   every: z.number().int().min(0).default(0),
   examples: z.number().int().min(1).default(64),
   prompts: z.number().int().min(1).default(64),
@@ -67,9 +67,9 @@ export const SFTTrainerConfigSchema = z
   .strictObject({
     model: ModelConfigSchema,
     /** The training examples. */
-    data: SftDataConfigSchema,
+    data: SFTDataConfigSchema,
     /** Held-out examples (default: the digit-sort held-out split; for files, none unless given). */
-    evalData: SftDataConfigSchema.optional(),
+    evalData: SFTDataConfigSchema.optional(),
     /** SFTLoss fields (`lossFunction`, `normalizeBySeqLength`, ...); default plain NLL per token. */
     loss: SFTLossOptionsSchema.prefault({}),
     /** Examples per step (default 16). */
@@ -81,7 +81,7 @@ export const SFTTrainerConfigSchema = z
     schedule: RunScheduleSchema.prefault({}),
     gradClip: z.number().gt(0).nullable().default(1),
     microBatchTokens: z.number().int().min(1).nullable().default(null),
-    eval: SftEvalConfigSchema.prefault({}),
+    eval: SFTEvalConfigSchema.prefault({}),
     checkpoint: CheckpointConfigSchema.prefault({}),
     /** Seeds the data order and the tiny model (default 0). */
     seed: z.number().int().nonnegative().default(0),

@@ -12,12 +12,12 @@ import { seededPermutation } from "../envs/data/shuffle.js";
 import { digitSortExamples, type DigitSortSplit } from "../envs/tasks/digit-sort.js";
 import { TensorDict } from "../tensordict/index.js";
 import type { WorkerClient } from "../workers/client.js";
-import type { SftDataConfigSchema } from "./sft-config.js";
+import type { SFTDataConfigSchema } from "./sft-config.js";
 
-type SftData = z.output<typeof SftDataConfigSchema>;
+type SftData = z.output<typeof SFTDataConfigSchema>;
 
 /** Where the batch stream is: the epoch and the examples already served in it. */
-export interface SftPosition {
+export interface SFTPosition {
   readonly epoch: number;
   readonly index: number;
 }
@@ -74,7 +74,7 @@ export async function renderConversations(worker: WorkerClient, model: string, r
 }
 
 /** Seeded, shuffled batches over rendered examples, epoch after epoch; `position` resumes. */
-export class SftBatches {
+export class SFTBatches {
   readonly #examples: TensorDict;
   readonly #batchSize: number;
   readonly #seed: number;
@@ -83,7 +83,7 @@ export class SftBatches {
   #index: number;
   #order: Int32Array;
 
-  constructor(examples: TensorDict, options: { batchSize: number; seed: number; shuffle: boolean; position?: SftPosition | undefined }) {
+  constructor(examples: TensorDict, options: { batchSize: number; seed: number; shuffle: boolean; position?: SFTPosition | undefined }) {
     this.#examples = examples;
     this.#batchSize = options.batchSize;
     this.#seed = options.seed;
@@ -99,7 +99,7 @@ export class SftBatches {
   }
 
   /** Where the stream is (save it with a checkpoint). */
-  get position(): SftPosition {
+  get position(): SFTPosition {
     return { epoch: this.#epoch, index: this.#index };
   }
 

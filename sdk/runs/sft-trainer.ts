@@ -5,7 +5,7 @@
  */
 import type { z } from "zod";
 import { parseOptions } from "../core/index.js";
-import type { JsonValue } from "../data/index.js";
+import type { JSONValue } from "../data/index.js";
 import { DigitSortEnv } from "../envs/tasks/digit-sort.js";
 import { TransformersWrapper } from "../modules/transformers.js";
 import { SFTLoss } from "../objectives/index.js";
@@ -20,8 +20,8 @@ import { RunBase } from "./run-base.js";
 import { RunDirectory } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
 import { loadPolicy, logger, modelPath, openPool, POLICY_MODEL, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
-import { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput, type SftDataConfigSchema } from "./sft-config.js";
-import { loadConversations, renderConversations, SftBatches, type SftPosition } from "./sft-data.js";
+import { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput, type SFTDataConfigSchema } from "./sft-config.js";
+import { loadConversations, renderConversations, SFTBatches, type SFTPosition } from "./sft-data.js";
 
 /** Options of {@link SFTTrainer.create} besides the config. */
 export const SFTTrainerOptionsSchema = RunOptionsSchema;
@@ -31,7 +31,7 @@ export type SFTTrainerOptions = RunOptions;
 
 const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "runDir"] as const;
 
-type SftData = z.output<typeof SftDataConfigSchema>;
+type SftData = z.output<typeof SFTDataConfigSchema>;
 
 interface Parts {
   readonly config: SFTTrainerConfig;
@@ -39,7 +39,7 @@ interface Parts {
   readonly pool: WorkerPool;
   readonly ownsPool: boolean;
   readonly trainer: Trainer;
-  readonly batches: SftBatches;
+  readonly batches: SFTBatches;
   readonly evalExamples: TensorDict | null;
   readonly evalEnv: DigitSortEnv | null;
   readonly totalSteps: number;
@@ -130,17 +130,17 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
         replace: true,
       });
       let startStep = 0;
-      let position: SftPosition | undefined;
+      let position: SFTPosition | undefined;
       const latest = resumable ? await runDir.latestCheckpoint() : undefined;
       if (latest !== undefined) {
         const restored = await trainer.loadCheckpoint(latest.path);
         startStep = restored.step;
-        position = (restored.dataPosition as { data?: SftPosition } | null)?.data;
+        position = (restored.dataPosition as { data?: SFTPosition } | null)?.data;
         log(`resumed ${runDir.path} at step ${String(startStep)} from ${latest.path}`);
       }
       if (resumable) await runDir.truncateAfter(latest === undefined ? -1 : startStep);
       const shuffle = c.data.type === "dataset" ? c.data.shuffle : true;
-      const batches = new SftBatches(train, { batchSize: c.batchSize, seed: c.data.seed ?? c.seed, shuffle, position });
+      const batches = new SFTBatches(train, { batchSize: c.batchSize, seed: c.data.seed ?? c.seed, shuffle, position });
       const evalEnv =
         held?.type === "digit-sort"
           ? new DigitSortEnv({
@@ -195,7 +195,7 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
   /** The trainer's checkpoint, with the batch order's position. */
   protected override async saveCheckpoint(dir: string): Promise<void> {
     const data = this.#parts.batches.position;
-    const dataPosition: JsonValue = { data: { epoch: data.epoch, index: data.index } };
+    const dataPosition: JSONValue = { data: { epoch: data.epoch, index: data.index } };
     await this.trainer.saveCheckpoint(dir, { dataPosition });
   }
 }

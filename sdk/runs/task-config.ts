@@ -45,7 +45,7 @@ export const CountdownTaskSchema = z.strictObject({
 });
 
 /** GSM8K-format files (see `GSM8KEnv`). */
-export const Gsm8kTaskSchema = z.strictObject({ type: z.literal("gsm8k"), ...fileTask });
+export const GSM8KTaskSchema = z.strictObject({ type: z.literal("gsm8k"), ...fileTask });
 
 /** MATH-format files (see `MATHEnv`). */
 export const MathTaskSchema = z.strictObject({
@@ -75,7 +75,7 @@ export const DatasetTaskSchema = z.strictObject({
 export const TaskConfigSchema = z.discriminatedUnion("type", [
   DigitSortTaskSchema,
   CountdownTaskSchema,
-  Gsm8kTaskSchema,
+  GSM8KTaskSchema,
   MathTaskSchema,
   IFEvalTaskSchema,
   DatasetTaskSchema,

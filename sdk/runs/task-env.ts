@@ -3,7 +3,7 @@
  * (to save with a checkpoint and resume) and how many prompts an epoch holds.
  */
 import { InvalidArgumentError } from "../core/errors.js";
-import type { JsonValue } from "../data/index.js";
+import type { JSONValue } from "../data/index.js";
 import { DataPositionSchema, type DataPosition } from "../envs/data/primer.js";
 import { DatasetChatEnv } from "../envs/dataset-chat-env.js";
 import type { EnvBase } from "../envs/env-base.js";
@@ -21,7 +21,7 @@ export interface TaskEnv {
   /** The environment (batch size `[batchSize]`, each prompt `repeats` times in a row). */
   readonly env: EnvBase;
   /** Where the prompt stream is (JSON: a count for procedural tasks, `{ epoch, index }` for datasets). */
-  position(): JsonValue;
+  position(): JSONValue;
   /** Distinct training prompts per epoch (`null` for an endless procedural stream). */
   epochSize(): Promise<number | null>;
   /** Starts the stream again from its first prompt (evaluation on the same held-out prompts each time). */
@@ -41,7 +41,7 @@ export interface TaskEnvOptions {
   /** Reward functions (the `"dataset"` task; added to a built-in reward). */
   readonly rewards?: readonly RewardSpec[];
   /** Resume the stream here (a value {@link TaskEnv.position} gave). */
-  readonly position?: JsonValue;
+  readonly position?: JSONValue;
   /** Where errors point (`"GRPOTrainer config.task"`). */
   readonly where: string;
 }
@@ -49,7 +49,7 @@ export interface TaskEnvOptions {
 /** An offset added to the run's seed for held-out streams of procedural tasks that have no held-out split. */
 const EVAL_SEED_OFFSET = 1_000_003;
 
-function countPosition(position: JsonValue | undefined, where: string): number {
+function countPosition(position: JSONValue | undefined, where: string): number {
   if (position === undefined || position === null) return 0;
   if (typeof position !== "number" || !Number.isInteger(position) || position < 0) {
     throw new InvalidArgumentError(`${where} position: expected a non-negative integer, got ${JSON.stringify(position)}`);
@@ -57,7 +57,7 @@ function countPosition(position: JsonValue | undefined, where: string): number {
   return position;
 }
 
-function datasetPosition(position: JsonValue | undefined, where: string): DataPosition | undefined {
+function datasetPosition(position: JSONValue | undefined, where: string): DataPosition | undefined {
   if (position === undefined || position === null) return undefined;
   const parsed = DataPositionSchema.safeParse(position);
   if (!parsed.success) throw new InvalidArgumentError(`${where} position: expected { epoch, index }, got ${JSON.stringify(position)}`);

@@ -22,13 +22,14 @@ export {
   DistributedWeightSyncScheme,
   SharedWeightSyncOptionsSchema,
   SharedWeightSyncScheme,
-  ZmqWeightSyncOptionsSchema,
-  ZmqWeightSyncScheme,
+  ZMQWeightSyncOptionsSchema,
+  ZMQWeightSyncScheme,
   type DistributedWeightSyncOptions,
   type SharedWeightSyncOptions,
   type WeightEndpoint,
   type WeightSyncResult,
   type WeightSyncScheme,
-  type ZmqWeightSyncOptions,
+  type ZMQWeightSyncOptions,
 } from "./weight-sync.js";
 export type { CheckpointInfo, LossResult, RestoredState, TrainerState, TrainMetrics, TrainStepResult } from "../workers/trainer-results.js";
+export * from "./deprecated.js";

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import type { Payload, RequestOptions } from "../../bridge/index.js";
-import type { JsonValue } from "../core/json.js";
+import type { JSONValue } from "../core/json.js";
 import { parseOptions } from "../core/validation.js";
 import type { TensorDict } from "../tensordict/index.js";
 import type { WorkerClient } from "../workers/client.js";
@@ -25,7 +25,7 @@ export interface TrainerNeeds {
 /** Options of {@link Trainer.saveCheckpoint}. */
 export interface SaveCheckpointOptions {
   /** Where the data stream is (epoch, index, replay-buffer cursor...): saved as JSON, given back on load. */
-  readonly dataPosition?: JsonValue;
+  readonly dataPosition?: JSONValue;
 }
 
 /**

@@ -4,7 +4,7 @@
  *
  * - {@link SharedWeightSyncScheme}: generator and trainer in one worker sharing parameter tensors, zero copy
  *   (or a copy within the worker when `share: false`).
- * - {@link ZmqWeightSyncScheme}: raw tensor frames in size-bounded buckets, straight from the trainer's worker
+ * - {@link ZMQWeightSyncScheme}: raw tensor frames in size-bounded buckets, straight from the trainer's worker
  *   to each generator's worker over a ZeroMQ pair opened for the sync.
  * - {@link DistributedWeightSyncScheme}: a torch.distributed broadcast (gloo on CPU, NCCL on GPU) in a
  *   process group of the trainer's worker and the generators' workers.
@@ -125,8 +125,8 @@ export class SharedWeightSyncScheme implements WeightSyncScheme {
 
 // ---- worker to worker over ZeroMQ --------------------------------------------------------------------
 
-/** Options of {@link ZmqWeightSyncScheme}. */
-export const ZmqWeightSyncOptionsSchema = z.strictObject({
+/** Options of {@link ZMQWeightSyncScheme}. */
+export const ZMQWeightSyncOptionsSchema = z.strictObject({
   /** Largest bucket of tensors in one message, in bytes (a bigger tensor travels alone). Default 64 MiB. */
   bucketBytes: z.number().int().min(1).default(64 * 2 ** 20),
   /** `"ipc"` (default: workers on one machine) or `"tcp"` (the generator binds `host` on an ephemeral port). */
@@ -137,27 +137,27 @@ export const ZmqWeightSyncOptionsSchema = z.strictObject({
   timeoutMs: z.number().int().min(1).default(120_000),
 });
 
-/** Options of {@link ZmqWeightSyncScheme} (input form). */
-export type ZmqWeightSyncOptions = z.input<typeof ZmqWeightSyncOptionsSchema>;
+/** Options of {@link ZMQWeightSyncScheme} (input form). */
+export type ZMQWeightSyncOptions = z.input<typeof ZMQWeightSyncOptionsSchema>;
 
 /**
  * Direct transfer between workers: for each sync every generator's worker opens a receiving socket, and the
  * trainer's worker sends its weights there as raw frames in buckets of at most `bucketBytes`; generators
  * receive one after the other, all with the same policy version. Nothing passes through this process.
  */
-export class ZmqWeightSyncScheme implements WeightSyncScheme {
-  private readonly options: z.output<typeof ZmqWeightSyncOptionsSchema>;
+export class ZMQWeightSyncScheme implements WeightSyncScheme {
+  private readonly options: z.output<typeof ZMQWeightSyncOptionsSchema>;
   /** The generators. */
   readonly targets: readonly WeightEndpoint[];
 
   constructor(
     readonly source: WeightEndpoint,
     targets: readonly WeightEndpoint[],
-    options: ZmqWeightSyncOptions = {},
+    options: ZMQWeightSyncOptions = {},
   ) {
-    parseOptions(Endpoint, source, "ZmqWeightSyncScheme source");
-    this.targets = parseOptions(z.array(Endpoint).min(1), targets, "ZmqWeightSyncScheme targets");
-    this.options = parseOptions(ZmqWeightSyncOptionsSchema, options, "ZmqWeightSyncScheme options");
+    parseOptions(Endpoint, source, "ZMQWeightSyncScheme source");
+    this.targets = parseOptions(z.array(Endpoint).min(1), targets, "ZMQWeightSyncScheme targets");
+    this.options = parseOptions(ZMQWeightSyncOptionsSchema, options, "ZMQWeightSyncScheme options");
   }
 
   /** One transfer to every generator. */

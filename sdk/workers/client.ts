@@ -1,4 +1,4 @@
-import type { Payload, RequestOptions, RpcReply, WorkerConnection, WorkerInfo } from "../../bridge/index.js";
+import type { Payload, RequestOptions, RPCReply, WorkerConnection, WorkerInfo } from "../../bridge/index.js";
 import { InvalidArgumentError, ProtocolError } from "../core/errors.js";
 import { parseOptions, parseReply } from "../core/validation.js";
 import { TensorDict } from "../tensordict/index.js";
@@ -161,7 +161,7 @@ export class WorkerClient {
     args: Record<string, unknown> = {},
     payloads: readonly Payload[] = [],
     options: RequestOptions = {},
-  ): Promise<RpcReply> {
+  ): Promise<RPCReply> {
     return this.connection.request(method, args, payloads, options);
   }
 }

@@ -6,7 +6,7 @@
  * the bridge and is not listed. See docs/protocol.md, "Methods".
  */
 import { z } from "zod";
-import { JsonValueSchema } from "../core/json.js";
+import { JSONValueSchema } from "../core/json.js";
 import { ChatTemplateOptionsSchema, GenerateOptionsSchema, ScoreOptionsSchema } from "./generation.js";
 import { LoadModelOptionsSchema, ModelInfoSchema, ModelListSchema } from "./models.js";
 import {
@@ -83,7 +83,7 @@ export const WORKER_METHODS = {
   compute_loss: method(OnModel, LossResultSchema, "tensordict"),
   trainer_state: method(OnModel, TrainerStateSchema),
   trainer_close: method(OnModel, Empty),
-  save_checkpoint: method(z.strictObject({ model: Name, dir: Name, dataPosition: JsonValueSchema }), CheckpointInfoSchema),
+  save_checkpoint: method(z.strictObject({ model: Name, dir: Name, dataPosition: JSONValueSchema }), CheckpointInfoSchema),
   load_checkpoint: method(z.strictObject({ model: Name, dir: Name }), RestoredSchema),
 
   clone_model: method(z.strictObject({ source: Name, name: Name, shareParameters: z.boolean().optional(), replace: z.boolean().optional() }), ModelInfoSchema),

@@ -3,7 +3,7 @@
  * `save_checkpoint`, `load_checkpoint`), checked with zod (a malformed reply is a `ProtocolError`).
  */
 import { z } from "zod";
-import { JsonValueSchema } from "../core/json.js";
+import { JSONValueSchema } from "../core/json.js";
 
 /**
  * Metrics of a step or a loss evaluation, TorchRL's names: `loss` (the total), `loss_objective`,
@@ -77,14 +77,14 @@ export const CheckpointInfoSchema = z.object({
   path: z.string(),
   step: z.number().int().nonnegative(),
   policyVersion: z.number().int().nonnegative(),
-  dataPosition: JsonValueSchema,
+  dataPosition: JSONValueSchema,
 });
 
 /** A written checkpoint: {@link CheckpointInfoSchema}. */
 export type CheckpointInfo = z.infer<typeof CheckpointInfoSchema>;
 
 /** The reply of `load_checkpoint`: the restored state, the data position saved with it, the directory. */
-export const RestoredSchema = TrainerStateSchema.extend({ dataPosition: JsonValueSchema, path: z.string() });
+export const RestoredSchema = TrainerStateSchema.extend({ dataPosition: JSONValueSchema, path: z.string() });
 
 /** A trainer restored from a checkpoint: {@link RestoredSchema}. */
 export type RestoredState = z.infer<typeof RestoredSchema>;

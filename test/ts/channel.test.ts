@@ -1,4 +1,4 @@
-// The protocol layer (RpcChannel) over the in-memory transport, against a scripted peer: a few lines that
+// The protocol layer (RPCChannel) over the in-memory transport, against a scripted peer: a few lines that
 // answer envelopes the way a broken or hostile worker might. Real workers never send these replies, so this
 // is the only way to check that the client turns them into typed errors instead of hanging or crashing.
 import { describe, expect, it } from "vitest";
@@ -8,7 +8,7 @@ import {
   ProtocolError,
   RequestAbortedError,
   RequestTimeoutError,
-  RpcChannel,
+  RPCChannel,
   WorkerError,
 } from "../../bridge/index.js";
 
@@ -33,14 +33,14 @@ function scriptedPeer(
     closed: () => undefined,
   });
   const protocolErrors: ProtocolError[] = [];
-  const channel = new RpcChannel(client, { name: "peer", onProtocolError: (e) => protocolErrors.push(e) });
+  const channel = new RPCChannel(client, { name: "peer", onProtocolError: (e) => protocolErrors.push(e) });
   return { channel, seen, protocolErrors };
 }
 
 const ok = (id: number, payloads: unknown[] = []): string =>
   JSON.stringify({ v: 1, type: "response", id, ok: true, result: { echoed: id }, payloads });
 
-describe("RpcChannel", () => {
+describe("RPCChannel", () => {
   it("routes out-of-order replies to their requests", async () => {
     const held: number[] = [];
     const { channel } = scriptedPeer((req, send) => {

@@ -71,7 +71,7 @@ describe("LLMCollector", () => {
     );
 
   it("runs a DatasetChatEnv with the tiny policy into a ReplayBuffer with MCAdvantage, tracking the policy version", async () => {
-    const advantage = new MCAdvantage({ grpoSize: 4 });
+    const advantage = new MCAdvantage({ groupSize: 4 });
     const rb = new ReplayBuffer({ storage: new LazyStackStorage({ maxSize: 64 }), sampler: new SamplerWithoutReplacement(), transforms: [advantage], batchSize: 4, seed: 0 });
     const updates: unknown[] = [];
     const collector = new LLMCollector({

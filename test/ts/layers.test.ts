@@ -1,8 +1,9 @@
-// The layering of sdk/ and bridge/ (../shared/STYLE.md, docs/api.md): every import goes down the table below, never up
+// The layering of sdk/ and bridge/ (docs/architecture.md): every import goes down the table below, never up
 // and never sideways into another folder of the same layer, so there is no folder cycle. Type-only and dynamic imports
 // count too. A new folder must be placed in the table. test/python/test_layers.py checks the same for python_worker/.
-import { readFileSync, readdirSync, statSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
+import ts from "typescript";
 import { describe, expect, it } from "vitest";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
@@ -12,7 +13,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["bridge/errors"],
   ["bridge/wire", "bridge/transport"],
   ["bridge/protocol"],
-  ["bridge/worker"],
+  ["bridge/worker", "bridge/deprecated"],
   ["bridge/index.ts"],
   ["sdk/core"],
   ["sdk/tensordict"],
@@ -58,24 +59,47 @@ function violations(edges: readonly Edge[]): string[] {
   return [...problems].sort();
 }
 
-function sourceFiles(dir: string): string[] {
-  return readdirSync(join(ROOT, dir)).flatMap((name) => {
-    const path = join(dir, name);
-    if (statSync(join(ROOT, path)).isDirectory()) return sourceFiles(path);
-    return name.endsWith(".ts") ? [path] : [];
+/** One relative import of a module: the file it names and whether it survives compilation. */
+interface ImportEdge {
+  readonly to: string;
+  readonly specifier: string;
+  /** False for `import type` / `export type` and module augmentations (erased); `import { type A }` stays. */
+  readonly runtime: boolean;
+}
+
+function tsFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return tsFiles(path);
+    return entry.name.endsWith(".ts") && !entry.name.endsWith(".d.ts") ? [path] : [];
   });
 }
 
-/** Static, re-export, type-only and dynamic imports of relative modules. */
-const IMPORT = /(?:\bfrom\s*|\bimport\s*\(\s*|^\s*import\s+)["'](\.{1,2}\/[^"']+)["']/gm;
+/** The relative imports, re-exports, dynamic imports and module augmentations of a source file. */
+function edgesOf(file: string): ImportEdge[] {
+  const source = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.Latest, true);
+  const edges: ImportEdge[] = [];
+  const add = (specifier: ts.Node | undefined, runtime: boolean): void => {
+    if (specifier === undefined || !ts.isStringLiteral(specifier) || !specifier.text.startsWith(".")) return;
+    edges.push({ to: resolve(dirname(file), specifier.text.replace(/\.js$/, ".ts")), specifier: specifier.text, runtime });
+  };
+  const visit = (node: ts.Node): void => {
+    if (ts.isImportDeclaration(node)) add(node.moduleSpecifier, node.importClause?.phaseModifier !== ts.SyntaxKind.TypeKeyword);
+    else if (ts.isExportDeclaration(node)) add(node.moduleSpecifier, !node.isTypeOnly);
+    else if (ts.isModuleDeclaration(node)) add(node.name, false);
+    else if (ts.isImportTypeNode(node)) add(ts.isLiteralTypeNode(node.argument) ? node.argument.literal : undefined, false);
+    else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) add(node.arguments[0], true);
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+  return edges;
+}
 
+const rel = (path: string): string => relative(ROOT, path);
+
+/** Every relative import (static, type-only, dynamic, re-export, module augmentation) of sdk/ and bridge/. */
 function importEdges(): Edge[] {
-  return ["sdk", "bridge"].flatMap(sourceFiles).flatMap((from) =>
-    [...readFileSync(join(ROOT, from), "utf8").matchAll(IMPORT)].map((m) => ({
-      from,
-      to: relative(ROOT, resolve(ROOT, dirname(from), m[1]!)).replace(/\.js$/, ".ts"),
-    })),
-  );
+  return ["sdk", "bridge"].flatMap((dir) => tsFiles(join(ROOT, dir))).flatMap((file) => edgesOf(file).map((edge) => ({ from: rel(file), to: rel(edge.to) })));
 }
 
 describe("layers of sdk/ and bridge/", () => {
@@ -102,5 +126,71 @@ describe("layers of sdk/ and bridge/", () => {
       "sdk/tensordict/tensordict.ts imports sdk/data/history.ts: sdk/tensordict is below sdk/data",
       "sdk/trainers/trainer.ts imports sdk/collectors/llm-collector.ts: sdk/trainers and sdk/collectors are siblings",
     ]);
+  });
+});
+
+describe("leaf types and the module graph", () => {
+  it("sdk/tensordict names no History type in its code or comments (leaf types register themselves)", () => {
+    const mentions = tsFiles(join(ROOT, "sdk/tensordict")).flatMap((file) =>
+      readFileSync(file, "utf8")
+        .split("\n")
+        .flatMap((line, i) => (/\bHistory(Batch)?\b/.test(line) ? [`${rel(file)}:${i + 1}: ${line.trim()}`] : [])),
+    );
+    expect(mentions).toEqual([]);
+  });
+
+  it("the edge parser sees every form of import (canary)", () => {
+    const edges = edgesOf(join(ROOT, "sdk/data/history.ts"));
+    const of = (specifier: string): boolean[] => edges.filter((e) => e.specifier === specifier).map((e) => e.runtime);
+    expect(of("../tensordict/keys.js")).toEqual([false]); // import type
+    expect(of("../tensordict/tensordict.js")).toEqual([true, false]); // import, then declare module
+    expect(of("../tensordict/leaf.js")).toEqual([true, false]);
+    expect(of("./history.js")).toEqual([]);
+    expect(edgesOf(join(ROOT, "sdk/data/wire.ts")).find((e) => e.specifier === "./history.js")?.runtime).toBe(false);
+  });
+
+  it("every module that calls getHistory loads sdk/data/history.ts, which adds it to TensorDict", () => {
+    // The augmentation types getHistory everywhere; the method exists once history.ts has run.
+    const runtimeDeps = (file: string): string[] => edgesOf(file).filter((edge) => edge.runtime).map((edge) => edge.to);
+    const loads = (file: string, target: string): boolean => {
+      const seen = new Set<string>();
+      const stack = [file];
+      while (stack.length > 0) {
+        const next = stack.pop()!;
+        if (next === target) return true;
+        if (seen.has(next)) continue;
+        seen.add(next);
+        stack.push(...runtimeDeps(next));
+      }
+      return false;
+    };
+    const callers = [...tsFiles(join(ROOT, "sdk")), ...tsFiles(join(ROOT, "examples"))].filter((file) => readFileSync(file, "utf8").includes(".getHistory("));
+    expect(callers.length).toBeGreaterThan(5);
+    const history = join(ROOT, "sdk/data/history.ts");
+    expect(callers.filter((file) => !loads(file, history)).map(rel)).toEqual([]);
+  });
+
+  it("sdk/ and bridge/ have no runtime import cycles", () => {
+    const graph = new Map<string, string[]>();
+    for (const file of [...tsFiles(join(ROOT, "sdk")), ...tsFiles(join(ROOT, "bridge"))]) {
+      graph.set(file, edgesOf(file).filter((edge) => edge.runtime).map((edge) => edge.to));
+    }
+    const state = new Map<string, "active" | "done">();
+    const stack: string[] = [];
+    const cycles: string[] = [];
+    const visit = (file: string): void => {
+      if (state.get(file) === "done") return;
+      if (state.get(file) === "active") {
+        cycles.push([...stack.slice(stack.indexOf(file)), file].map(rel).join(" -> "));
+        return;
+      }
+      state.set(file, "active");
+      stack.push(file);
+      for (const dep of graph.get(file) ?? []) visit(dep);
+      stack.pop();
+      state.set(file, "done");
+    };
+    for (const file of graph.keys()) visit(file);
+    expect(cycles).toEqual([]);
   });
 });

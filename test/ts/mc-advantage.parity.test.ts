@@ -119,7 +119,7 @@ function rowsOf(value: Tensor | RaggedTensor): number[][] {
 
 function camel(options: Record<string, unknown>): MCAdvantageOptions {
   return {
-    grpoSize: options.grpo_size as number,
+    groupSize: options.grpo_size as number,
     ...(options.trajectory_return !== undefined ? { trajectoryReturn: options.trajectory_return as "sum" | "max" | "mean" } : {}),
     ...(options.keep_return_bounds !== undefined ? { keepReturnBounds: options.keep_return_bounds as [number, number] } : {}),
   };

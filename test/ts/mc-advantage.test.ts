@@ -52,7 +52,7 @@ describe("groupAdvantages (what GRPOTrainer uses on a step's flat rewards)", () 
   it("equals MCAdvantage on one-step trajectories, group by group, flat groups included", () => {
     const groupSize = 4;
     const rewards = [0, 1, 0.5, 0.25, 1, 1, 1, 1, 0.1, 0.9, 0.3, 0.7];
-    const transform = new MCAdvantage({ grpoSize: groupSize });
+    const transform = new MCAdvantage({ groupSize: groupSize });
     const fromTransform: number[] = [];
     rewards.forEach((r, i) => {
       const out = transform.inv(traj(`prompt ${Math.floor(i / groupSize)}`, [r]));
@@ -69,7 +69,7 @@ describe("groupAdvantages (what GRPOTrainer uses on a step's flat rewards)", () 
 
 describe("MCAdvantage (per-step mode)", () => {
   it("writes (r − mean) / max(std, eps) over every reward of the group, laid out like the reward", () => {
-    const t = new MCAdvantage({ grpoSize: 2 });
+    const t = new MCAdvantage({ groupSize: 2 });
     const a = traj("q", [0, 0.25, 0]);
     const b = traj("q", [0.5, 1]);
     expect(t.inv(a)).toBeNull();
@@ -83,8 +83,8 @@ describe("MCAdvantage (per-step mode)", () => {
     expect(out.getTensor(["next", "reward"]).toNumbers()).toEqual([0, 0.25, 0, 0.5, 1]);
   });
 
-  it("holds incomplete groups per prompt until grpoSize trajectories arrived, and counts", () => {
-    const t = new MCAdvantage({ grpoSize: 3 });
+  it("holds incomplete groups per prompt until groupSize trajectories arrived, and counts", () => {
+    const t = new MCAdvantage({ groupSize: 3 });
     expect(t.inv(write(traj("A", [1]), traj("B", [0, 2])))).toBeNull();
     expect(t.inv(traj("A", [3]))).toBeNull();
     expect(t.stats).toMatchObject({ completedTrajectories: 3, completedDecisions: 4, completedGroups: 0, queuedGroups: 2, queuedTrajectories: 3, maxQueuedTrajectoriesPerGroup: 2 });
@@ -101,19 +101,19 @@ describe("MCAdvantage (per-step mode)", () => {
   });
 
   it("reads [B, T] batches as B trajectory rows, and a [T] batch split after each done step", () => {
-    const t = new MCAdvantage({ grpoSize: 2 });
+    const t = new MCAdvantage({ groupSize: 2 });
     const rows = TensorDict.stack([traj("r", [1, 2]), traj("r", [3, 5])]); // [2, 2]
     const out = t.inv(rows)!;
     expect(out.batchSize).toEqual([4]);
     advantages(out).forEach((v, i) => { expect(v).toBeCloseTo(expected([1, 2, 3, 5])[i]!, 6); });
-    const split = new MCAdvantage({ grpoSize: 2 });
+    const split = new MCAdvantage({ groupSize: 2 });
     const both = write(traj("s", [1, 1, 0]), traj("s", [2]));
     expect(split.inv(both)!.batchSize).toEqual([4]);
     expect(split.stats.completedTrajectories).toBe(2);
   });
 
   it("rejects a write whose last step is not done (INCOMPLETE_TRAJECTORY), queueing nothing", () => {
-    const t = new MCAdvantage({ grpoSize: 2 });
+    const t = new MCAdvantage({ groupSize: 2 });
     const err = expectError(() => t.inv(write(traj("x", [1]), traj("x", [1, 2], false))), IncompleteTrajectoryError, "INCOMPLETE_TRAJECTORY");
     expect(err.message).toContain('["next","done"]');
     expect(t.stats.completedTrajectories).toBe(0);
@@ -129,7 +129,7 @@ describe("MCAdvantage (per-step mode)", () => {
         },
         { batchSize: [1] },
       );
-    const byHistory = new MCAdvantage({ grpoSize: 2, promptKey: ["history", "prompt"] });
+    const byHistory = new MCAdvantage({ groupSize: 2, promptKey: ["history", "prompt"] });
     expect(byHistory.inv(chat("2+2?", 1))).toBeNull();
     expect(byHistory.inv(chat("3+3?", 0))).toBeNull(); // another prompt
     expect(advantages(byHistory.inv(chat("2+2?", 0))!)).toHaveLength(2);
@@ -145,7 +145,7 @@ describe("MCAdvantage (per-step mode)", () => {
         },
         { batchSize: [perToken.length] },
       );
-    const perToken = new MCAdvantage({ grpoSize: 2, promptKey: "group" });
+    const perToken = new MCAdvantage({ groupSize: 2, promptKey: "group" });
     expect(perToken.inv(tokens(7, [[0, 1]]))).toBeNull();
     const out = perToken.inv(tokens(7, [[1, 1, 0]]))!;
     const adv = out.getRagged("advantage", "float32");
@@ -155,7 +155,7 @@ describe("MCAdvantage (per-step mode)", () => {
   });
 
   it("floors the standard deviation at eps: a group of equal rewards gets advantage 0", () => {
-    const t = new MCAdvantage({ grpoSize: 3, eps: 1e-4 });
+    const t = new MCAdvantage({ groupSize: 3, eps: 1e-4 });
     t.inv(traj("z", [1]));
     t.inv(traj("z", [1]));
     expect(advantages(t.inv(traj("z", [1]))!)).toEqual([0, 0, 0]);
@@ -165,7 +165,7 @@ describe("MCAdvantage (per-step mode)", () => {
 describe("MCAdvantage (trajectory-return mode and bounds)", () => {
   it("normalises trajectory returns across the group and broadcasts them over the steps", () => {
     for (const mode of ["sum", "max", "mean"] as const) {
-      const t = new MCAdvantage({ grpoSize: 3, trajectoryReturn: mode });
+      const t = new MCAdvantage({ groupSize: 3, trajectoryReturn: mode });
       const rewards = [[0, 1, 0.5], [2], [0.25, 0.25]];
       const outs = rewards.map((r) => t.inv(traj("g", r)));
       const out = outs[2]!;
@@ -178,7 +178,7 @@ describe("MCAdvantage (trajectory-return mode and bounds)", () => {
   });
 
   it("drops groups whose mean return is outside keepReturnBounds, with counters", () => {
-    const t = new MCAdvantage({ grpoSize: 2, trajectoryReturn: "sum", keepReturnBounds: [0.1, 0.9] });
+    const t = new MCAdvantage({ groupSize: 2, trajectoryReturn: "sum", keepReturnBounds: [0.1, 0.9] });
     t.inv(traj("fail", [0, 0]));
     expect(t.inv(traj("fail", [0]))).toBeNull(); // mean return 0: no learning signal
     t.inv(traj("ok", [1]));
@@ -201,7 +201,7 @@ describe("MCAdvantage (trajectory-return mode and bounds)", () => {
 
 describe("MCAdvantage in a ReplayBuffer", () => {
   it("writes only complete groups, with their advantage", () => {
-    const advantage = new MCAdvantage({ grpoSize: 2 });
+    const advantage = new MCAdvantage({ groupSize: 2 });
     const rb = new ReplayBuffer({ storage: new LazyStackStorage(), sampler: new SamplerWithoutReplacement({ shuffle: false }), transforms: [advantage], batchSize: 8 });
     expect(rb.extend(traj("p", [1, 0]))).toHaveLength(0);
     expect(rb.length).toBe(0);
@@ -248,24 +248,32 @@ describe("TopKRewardSelector", () => {
 describe("MCAdvantage options", () => {
   it("rejects bad options naming the field", () => {
     const cases: [unknown, string][] = [
-      [{ grpoSize: 0 }, "MCAdvantage options.grpoSize"],
-      [{ grpoSize: 1, trajectoryReturn: "sum" }, "MCAdvantage options.grpoSize"],
-      [{ grpoSize: 2, keepReturnBounds: [0, 1] }, "MCAdvantage options.keepReturnBounds"],
-      [{ grpoSize: 2, trajectoryReturn: "mean", keepReturnBounds: [1, 0] }, "MCAdvantage options.keepReturnBounds"],
-      [{ grpoSize: 2, trajectoryReturn: "median" }, "MCAdvantage options.trajectoryReturn"],
-      [{ grpoSize: 2, eps: 0 }, "MCAdvantage options.eps"],
-      [{ grpoSize: 2, promptKey: "" }, "MCAdvantage options.promptKey"],
-      [{ grpoSize: 2, groupSize: 4 }, "groupSize"],
+      [{ groupSize: 0 }, "MCAdvantage options.groupSize"],
+      [{ groupSize: 1, trajectoryReturn: "sum" }, "MCAdvantage options.groupSize"],
+      [{ groupSize: 2, keepReturnBounds: [0, 1] }, "MCAdvantage options.keepReturnBounds"],
+      [{ groupSize: 2, trajectoryReturn: "mean", keepReturnBounds: [1, 0] }, "MCAdvantage options.keepReturnBounds"],
+      [{ groupSize: 2, trajectoryReturn: "median" }, "MCAdvantage options.trajectoryReturn"],
+      [{ groupSize: 2, eps: 0 }, "MCAdvantage options.eps"],
+      [{ groupSize: 2, promptKey: "" }, "MCAdvantage options.promptKey"],
+      [{ groupSize: 2, grpoSize: 4 }, "MCAdvantage options.grpoSize: give groupSize only"],
+      [{}, "MCAdvantage options.groupSize: is required"],
+      [{ grpoSize: 1, trajectoryReturn: "sum" }, "MCAdvantage options.groupSize"],
     ];
     for (const [options, field] of cases) {
       expect(expectError(() => new MCAdvantage(options as never), InvalidArgumentError, "INVALID_ARGUMENT").message).toContain(field);
     }
   });
 
+  it("still takes the deprecated grpoSize, as groupSize", () => {
+    const t = new MCAdvantage({ grpoSize: 3 });
+    expect(t.config.groupSize).toBe(3);
+    expect(t.config).not.toHaveProperty("grpoSize");
+  });
+
   it("names a missing group or reward key", () => {
-    const t = new MCAdvantage({ grpoSize: 2, promptKey: "prompt_id" });
+    const t = new MCAdvantage({ groupSize: 2, promptKey: "prompt_id" });
     expect(() => t.inv(traj("q", [1]))).toThrow(/"prompt_id" not found/);
-    const r = new MCAdvantage({ grpoSize: 1, rewardsKey: "score" });
+    const r = new MCAdvantage({ groupSize: 1, rewardsKey: "score" });
     expect(() => r.inv(traj("q", [1]))).toThrow(/"score" not found/);
   });
 });

@@ -55,7 +55,7 @@ describe("ReplayBuffer save/load", () => {
   });
 
   it("round-trips rows, priorities, writer state, counters and the generator stream (prioritized, lazy stack)", async () => {
-    const advantage = new MCAdvantage({ grpoSize: 3 });
+    const advantage = new MCAdvantage({ groupSize: 3 });
     const sampler = new PrioritizedSampler({ maxCapacity: 32, alpha: 0.7, beta: 0.5 });
     const rb = new ReplayBuffer({ storage: new LazyStackStorage({ maxSize: 32 }), sampler, transforms: [advantage], batchSize: 4, seed: 9 });
     for (const row of stepRows(8, 0)) rb.add(row);
@@ -66,7 +66,7 @@ describe("ReplayBuffer save/load", () => {
     await rb.save(path);
     expect((await readdir(dir)).filter((f) => f.endsWith(".tmp"))).toEqual([]);
 
-    const restored = new MCAdvantage({ grpoSize: 3 });
+    const restored = new MCAdvantage({ groupSize: 3 });
     const back = await ReplayBuffer.load(path, { transforms: [restored] });
     expect(back.length).toBe(6);
     expect(back.batchSize).toBe(4);

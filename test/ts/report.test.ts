@@ -2,7 +2,7 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ReportError, lineChart, niceTicks, parseJsonLines, renderReportHtml, writeReport } from "../../sdk/reports/index.js";
+import { ReportError, lineChart, niceTicks, parseJSONLines, renderReportHTML, writeReport } from "../../sdk/reports/index.js";
 
 describe("niceTicks", () => {
   it("covers the range with 1/2/5 steps", () => {
@@ -33,7 +33,7 @@ describe("lineChart", () => {
   });
 });
 
-describe("renderReportHtml", () => {
+describe("renderReportHTML", () => {
   it("renders a chart per metric family present, a summary and escaped samples", () => {
     const metrics = Array.from({ length: 10 }, (_, i) => ({
       step: i + 1,
@@ -45,7 +45,7 @@ describe("renderReportHtml", () => {
       kl_approx: i / 100,
       eval_reward_mean: i % 5 === 4 ? i / 9 : null,
     }));
-    const html = renderReportHtml({
+    const html = renderReportHTML({
       title: "run",
       metrics,
       samples: [{ step: 1, prompt: "<script>alert(1)</script>", completion: "4", reward: 1 }],
@@ -63,10 +63,10 @@ describe("renderReportHtml", () => {
   });
 });
 
-describe("parseJsonLines", () => {
+describe("parseJSONLines", () => {
   it("skips a torn last line but rejects a corrupt line in the middle", () => {
-    expect(parseJsonLines('{"step":1}\n{"step":2}\n{"st', "m.jsonl")).toEqual([{ step: 1 }, { step: 2 }]);
-    expect(() => parseJsonLines('{"step":1}\n{bad\n{"step":3}\n', "m.jsonl")).toThrow(/m\.jsonl: line 2/);
+    expect(parseJSONLines('{"step":1}\n{"step":2}\n{"st', "m.jsonl")).toEqual([{ step: 1 }, { step: 2 }]);
+    expect(() => parseJSONLines('{"step":1}\n{bad\n{"step":3}\n', "m.jsonl")).toThrow(/m\.jsonl: line 2/);
   });
 });
 

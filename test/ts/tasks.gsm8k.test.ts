@@ -2,20 +2,20 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { extractGsm8kAnswer, extractTags, gsm8kScore, normalizeGsm8kAnswer, stripEos } from "../../sdk/envs/tasks/index.js";
+import { extractGSM8KAnswer, extractTags, gsm8kScore, normalizeGSM8KAnswer, stripEos } from "../../sdk/envs/tasks/index.js";
 
 const SOLUTION = "Each box holds 12 pens, so 3 boxes hold 3 * 12 = 36 pens.\n#### 36";
 
 describe("GSM8K answers", () => {
   it("takes the text after the last ####", () => {
-    expect(extractGsm8kAnswer(SOLUTION)).toBe("36");
-    expect(extractGsm8kAnswer("a #### b\n####   1,250  ")).toBe("1,250");
+    expect(extractGSM8KAnswer(SOLUTION)).toBe("36");
+    expect(extractGSM8KAnswer("a #### b\n####   1,250  ")).toBe("1,250");
   });
 
   it("rejects a solution without an answer, naming GSM8K", () => {
-    expect(() => extractGsm8kAnswer("no marker here")).toThrow(expect.objectContaining({ code: "INVALID_ARGUMENT" }));
-    expect(() => extractGsm8kAnswer("no marker here")).toThrow(/GSM8K answer: no "####" marker/);
-    expect(() => extractGsm8kAnswer("work #### ")).toThrow(/nothing after/);
+    expect(() => extractGSM8KAnswer("no marker here")).toThrow(expect.objectContaining({ code: "INVALID_ARGUMENT" }));
+    expect(() => extractGSM8KAnswer("no marker here")).toThrow(/GSM8K answer: no "####" marker/);
+    expect(() => extractGSM8KAnswer("work #### ")).toThrow(/nothing after/);
   });
 
   it.each([
@@ -30,11 +30,11 @@ describe("GSM8K answers", () => {
     ["$1,234.50", "1234.5"],
     ["100", "100"],
   ])("normalises %j to %j", (raw, expected) => {
-    expect(normalizeGsm8kAnswer(raw)).toBe(expected);
+    expect(normalizeGSM8KAnswer(raw)).toBe(expected);
   });
 
   it("keeps non-numeric text (it only matches itself)", () => {
-    expect(normalizeGsm8kAnswer("36 pens")).toBe("36 pens");
+    expect(normalizeGSM8KAnswer("36 pens")).toBe("36 pens");
   });
 });
 
@@ -108,7 +108,7 @@ describe("the gsm8k_mini fixture", () => {
     for (const row of rows) {
       const results = [...row.answer.matchAll(/<<[^=]+=([^>]+)>>/g)].map((m) => m[1]!);
       expect(results.length).toBeGreaterThan(0);
-      expect(normalizeGsm8kAnswer(extractGsm8kAnswer(row.answer))).toBe(normalizeGsm8kAnswer(results[results.length - 1]!));
+      expect(normalizeGSM8KAnswer(extractGSM8KAnswer(row.answer))).toBe(normalizeGSM8KAnswer(results[results.length - 1]!));
     }
   });
 });

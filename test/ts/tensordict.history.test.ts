@@ -2,7 +2,7 @@
 import { describe, expect, it, vi } from "vitest";
 import type { WireBatch, WireHistory } from "../../bridge/wire/index.js";
 import { History, HistoryBatch, InvalidHistoryError, type ChatMessage } from "../../sdk/data/index.js";
-import { toolCallsToJson } from "../../sdk/data/wire.js";
+import { toolCallsToJSON } from "../../sdk/data/wire.js";
 import {
   BatchSizeMismatchError,
   InvalidArgumentError,
@@ -316,7 +316,7 @@ describe("TensorDict with History leaves: wire", () => {
 
   it("tool calls travel as compact JSON that Python's json.dumps(separators=(',', ':'), ensure_ascii=False) reproduces", () => {
     const nums = [1e-7, 0.00001, 1.5e-7, -2.5e-6, 0.0001, 0.00012, 123.456, 1e21, 1.5e300, 5e-324, 1e16, 1e20, 0.1, -0, 3, -1e-5, 4.35e-5, 1.5e15];
-    const text = toolCallsToJson([{ name: "f", arguments: { nums, s: 'a\u0001\n\u007f\u2028é"\\\t', nested: { z: [null, true, {}], a: [] } }, id: "x" }]);
+    const text = toolCallsToJSON([{ name: "f", arguments: { nums, s: 'a\u0001\n\u007f\u2028é"\\\t', nested: { z: [null, true, {}], a: [] } }, id: "x" }]);
     // The expected text is Python's output for json.loads(text) (checked with CPython 3).
     expect(text).toBe(
       '[{"name":"f","arguments":{"nums":[1e-07,1e-05,1.5e-07,-2.5e-06,0.0001,0.00012,123.456,1e+21,1.5e+300,5e-324,10000000000000000,100000000000000000000,0.1,0,3,-1e-05,4.35e-05,1500000000000000],' +
@@ -325,7 +325,7 @@ describe("TensorDict with History leaves: wire", () => {
     expect(JSON.parse(text)).toEqual([{ name: "f", arguments: { nums: nums.map((n) => (Object.is(n, -0) ? 0 : n)), s: 'a\u0001\n\u007f\u2028é"\\\t', nested: { z: [null, true, {}], a: [] } }, id: "x" }]);
     // Without such numbers it is exactly JSON.stringify.
     const calls = toolChat[2]!.toolCalls!;
-    expect(toolCallsToJson(calls)).toBe(JSON.stringify(calls));
+    expect(toolCallsToJSON(calls)).toBe(JSON.stringify(calls));
   });
 
   it("round-trips through Arrow", () => {

@@ -18,7 +18,7 @@ import {
   Trainer,
   WorkerError,
   WorkerPool,
-  ZmqWeightSyncScheme,
+  ZMQWeightSyncScheme,
   makeTinyModel,
   type TinyModel,
   type WorkerClient,
@@ -93,7 +93,7 @@ describe("weight sync", () => {
   });
 
   it("ZeroMQ: raw frames in buckets from the trainer's worker straight to the generator's", async () => {
-    const scheme = new ZmqWeightSyncScheme(trainer, [{ worker: generatorWorker, model: "generator" }], { bucketBytes: 32_768 });
+    const scheme = new ZMQWeightSyncScheme(trainer, [{ worker: generatorWorker, model: "generator" }], { bucketBytes: 32_768 });
     for (let round = 0; round < 2; round++) {
       await train(10 + round);
       const before = await logProbs(generatorWorker, "generator");
@@ -146,15 +146,15 @@ describe("weight sync", () => {
   });
 
   it("rejects bad schemes and weights that do not fit", async () => {
-    expect(() => new ZmqWeightSyncScheme(trainer, [])).toThrow(InvalidArgumentError);
-    expect(() => new ZmqWeightSyncScheme(trainer, [{ worker: generatorWorker, model: "generator" }], { bucketBytes: 0 })).toThrow(
-      /ZmqWeightSyncScheme options.bucketBytes/,
+    expect(() => new ZMQWeightSyncScheme(trainer, [])).toThrow(InvalidArgumentError);
+    expect(() => new ZMQWeightSyncScheme(trainer, [{ worker: generatorWorker, model: "generator" }], { bucketBytes: 0 })).toThrow(
+      /ZMQWeightSyncScheme options.bucketBytes/,
     );
     await expect(DistributedWeightSyncScheme.init(trainer, [{ worker: trainerWorker, model: "other" }])).rejects.toThrow(/its own worker/);
     await expect(SharedWeightSyncScheme.create(trainer, { target: "policy" })).rejects.toBeInstanceOf(InvalidArgumentError);
     const small = await makeTinyModel(join(dir, "small"), { seed: 2, hiddenSize: 32 });
     await generatorWorker.loadModel({ name: "small", path: small.path, replace: true });
-    const scheme = new ZmqWeightSyncScheme(trainer, [{ worker: generatorWorker, model: "small" }], { timeoutMs: 10_000 });
+    const scheme = new ZMQWeightSyncScheme(trainer, [{ worker: generatorWorker, model: "small" }], { timeoutMs: 10_000 });
     const err = await scheme.updateWeights().catch((e: unknown) => e);
     expect(err).toBeInstanceOf(WorkerError);
     expect((err as WorkerError).code).toBe("WEIGHT_SYNC_FAILED");

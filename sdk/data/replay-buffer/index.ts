@@ -18,7 +18,7 @@ export {
   type LoadOptions,
   type ReplayBufferOptions,
 } from "./replay-buffer.js";
-export { SeededRng } from "./rng.js";
+export { SeededRNG } from "./rng.js";
 export {
   RandomSampler,
   Sampler,

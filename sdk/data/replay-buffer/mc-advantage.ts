@@ -2,7 +2,7 @@
  * TorchRL's `MCAdvantage`: the group-relative (GRPO) advantage, computed as a replay-buffer write transform.
  */
 import { z } from "zod";
-import type { JsonObject } from "../message.js";
+import type { JSONObject } from "../message.js";
 import type { NestedKey } from "../../tensordict/keys.js";
 import { RaggedTensor } from "../../tensordict/ragged.js";
 import { Tensor } from "../../tensordict/tensor.js";
@@ -19,8 +19,10 @@ import type { ReplayBufferTransform } from "./transform.js";
 /** Options of {@link MCAdvantage} (TorchRL's names, camelCased). */
 export const MCAdvantageOptionsSchema = z
   .strictObject({
-    /** Trajectories per group: the advantage is computed once this many have arrived for one group id. */
-    grpoSize: z.number().int().min(1),
+    /** Trajectories per group: the advantage is computed once this many have arrived for one group id (required). */
+    groupSize: z.number().int().min(1).optional(),
+    /** @deprecated TorchRL's name of `groupSize`; accepted until the next release (see CHANGELOG.md). */
+    grpoSize: z.number().int().min(1).optional(),
     /** The group id: the prompt (string or History) or a tensor id, read at a trajectory's first step (default `"query"`, TorchRL's). */
     promptKey: NestedKeySchema.default("query"),
     /** The reward leaf, dense or ragged (default `["next", "reward"]`). */
@@ -41,8 +43,13 @@ export const MCAdvantageOptionsSchema = z
     eps: z.number().positive().default(1e-6),
   })
   .superRefine((o, ctx) => {
-    if (o.trajectoryReturn !== undefined && o.grpoSize < 2) {
-      ctx.addIssue({ code: "custom", path: ["grpoSize"], message: "trajectoryReturn needs grpoSize >= 2 (the std of a single return is undefined)" });
+    if (o.groupSize !== undefined && o.grpoSize !== undefined) {
+      ctx.addIssue({ code: "custom", path: ["grpoSize"], message: "give groupSize only (grpoSize is its deprecated name)" });
+    }
+    const groupSize = o.groupSize ?? o.grpoSize;
+    if (groupSize === undefined) ctx.addIssue({ code: "custom", path: ["groupSize"], message: "is required (a positive integer: trajectories per group)" });
+    if (o.trajectoryReturn !== undefined && groupSize !== undefined && groupSize < 2) {
+      ctx.addIssue({ code: "custom", path: ["groupSize"], message: "trajectoryReturn needs groupSize >= 2 (the std of a single return is undefined)" });
     }
     if (o.keepReturnBounds !== undefined) {
       if (o.trajectoryReturn === undefined) {
@@ -51,7 +58,8 @@ export const MCAdvantageOptionsSchema = z
         ctx.addIssue({ code: "custom", path: ["keepReturnBounds"], message: `must be an increasing [low, high] pair, got ${JSON.stringify(o.keepReturnBounds)}` });
       }
     }
-  });
+  })
+  .transform(({ grpoSize, groupSize, ...rest }) => ({ ...rest, groupSize: (groupSize ?? grpoSize)! }));
 
 /** Options of {@link MCAdvantage}. */
 export type MCAdvantageOptions = z.input<typeof MCAdvantageOptionsSchema>;
@@ -68,7 +76,7 @@ export interface MCAdvantageStats {
   readonly trajectoryReturnMax: number;
   /** Trajectories whose summed reward is > 0 (`trajectoryReturn` mode only). */
   readonly successfulTrajectories: number;
-  /** Groups that reached `grpoSize` trajectories. */
+  /** Groups that reached `groupSize` trajectories. */
   readonly completedGroups: number;
   /** Groups written to the buffer with their advantage. */
   readonly writtenGroups: number;
@@ -114,7 +122,7 @@ function rewardLeaf(td: TensorDict, key: NestedKey): Tensor | RaggedTensor {
 
 /**
  * The Monte-Carlo (GRPO) advantage as a replay-buffer transform (TorchRL's `MCAdvantage`). Written trajectories are
- * held per group id (the prompt) until `grpoSize` of them have arrived; the whole group is then written with
+ * held per group id (the prompt) until `groupSize` of them have arrived; the whole group is then written with
  * `A = (r − mean) / max(std, eps)` under `advantageKey`, `std` being the unbiased standard deviation (as `torch.std`).
  *
  * Writes must hold whole trajectories (the last step done); see docs/replay-buffer.md for the modes and counters.
@@ -190,7 +198,7 @@ export class MCAdvantage implements ReplayBufferTransform {
     const queue = this.#queues.get(id) ?? [];
     queue.push(trajectory.clone()); // held past this call: not a view of the caller's data
     this.#queues.set(id, queue);
-    if (queue.length < o.grpoSize) return null;
+    if (queue.length < o.groupSize) return null;
     this.#queues.delete(id);
     c.completedGroups += 1;
     const group = o.trajectoryReturn === undefined ? this.#perStep(queue) : this.#perTrajectory(queue, o.trajectoryReturn);
@@ -221,13 +229,13 @@ export class MCAdvantage implements ReplayBufferTransform {
   }
 
   /** The counters, for `ReplayBuffer.save` (held trajectories are not saved). */
-  state(): JsonObject {
+  state(): JSONObject {
     const c = this.#counters;
     return { ...c, trajectoryReturnMax: Number.isFinite(c.trajectoryReturnMax) ? c.trajectoryReturnMax : null };
   }
 
   /** Restores counters saved by {@link state}. */
-  loadState(state: JsonObject): void {
+  loadState(state: JSONObject): void {
     const parsed = parseOptions(CountersStateSchema, state, "MCAdvantage state");
     this.#counters = { ...parsed, trajectoryReturnMax: parsed.trajectoryReturnMax ?? -Infinity };
   }

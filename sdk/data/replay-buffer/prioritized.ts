@@ -2,10 +2,10 @@
  * TorchRL's `PrioritizedSampler` (prioritized experience replay, Schaul et al. 2015) over a sum/min segment tree.
  */
 import { z } from "zod";
-import type { JsonObject } from "../message.js";
+import type { JSONObject } from "../message.js";
 import { parseOptions } from "../../core/index.js";
 import { InvalidArgumentError } from "./errors.js";
-import type { SeededRng } from "./rng.js";
+import type { SeededRNG } from "./rng.js";
 import { Sampler, type SampleResult } from "./samplers.js";
 import { SumMinTree } from "./sum-tree.js";
 
@@ -119,7 +119,7 @@ export class PrioritizedSampler extends Sampler {
     }
   }
 
-  sample(storageLength: number, batchSize: number, rng: SeededRng): SampleResult {
+  sample(storageLength: number, batchSize: number, rng: SeededRNG): SampleResult {
     if (storageLength > this.maxCapacity) {
       throw new InvalidArgumentError(`PrioritizedSampler: the storage holds ${storageLength} rows but maxCapacity is ${this.maxCapacity}`);
     }
@@ -146,12 +146,12 @@ export class PrioritizedSampler extends Sampler {
     this.#maxPriority = undefined;
   }
 
-  override config(): JsonObject {
+  override config(): JSONObject {
     return { maxCapacity: this.maxCapacity, alpha: this.alpha, beta: this.#beta, eps: this.eps, reduction: this.reduction };
   }
 
   /** The sampling weights of the written positions (up to the last one written) and the largest raw priority. */
-  override state(): JsonObject {
+  override state(): JSONObject {
     let end = this.maxCapacity;
     while (end > 0 && this.#tree.get(end - 1) === 0) end--;
     return { values: Array.from({ length: end }, (_, i) => this.#tree.get(i)), maxPriority: this.#maxPriority ?? null };

@@ -3,7 +3,7 @@
  * and transforms. See docs/replay-buffer.md.
  */
 import { z } from "zod";
-import type { JsonObject } from "../message.js";
+import type { JSONObject } from "../message.js";
 import { InvalidArgumentError } from "../../tensordict/errors.js";
 import type { NestedKey } from "../../tensordict/keys.js";
 import { RaggedTensor } from "../../tensordict/ragged.js";
@@ -16,7 +16,7 @@ import { readBufferFile, writeBufferFile } from "./file.js";
 import { NestedKeySchema } from "./options.js";
 import { PrioritizedSampler } from "./prioritized.js";
 import { leafNumbers, reduce } from "./reduce.js";
-import { SeededRng } from "./rng.js";
+import { SeededRNG } from "./rng.js";
 import { RandomSampler, Sampler, SamplerWithoutReplacement } from "./samplers.js";
 import { LazyStackStorage, ListStorage, Storage } from "./storage.js";
 import { isReplayBufferTransform, type ReplayBufferTransform } from "./transform.js";
@@ -103,7 +103,7 @@ function makeWriter(kind: string, config: Record<string, unknown>): Writer {
  *
  * ```ts
  * const rb = new ReplayBuffer({ storage: new LazyStackStorage({ maxSize: 512 }), sampler: new SamplerWithoutReplacement(),
- *   transforms: [new MCAdvantage({ grpoSize: 4 })], batchSize: 8, seed: 0 });
+ *   transforms: [new MCAdvantage({ groupSize: 4 })], batchSize: 8, seed: 0 });
  * rb.extend(trajectories);       // rows along the first batch dimension; MCAdvantage holds them until a group is complete
  * for (const batch of rb) ...    // one pass without replacement, 8 rows at a time
  * await rb.save("buffer.arrow"); // Arrow IPC file; ReplayBuffer.load("buffer.arrow")
@@ -124,7 +124,7 @@ export class ReplayBuffer implements Iterable<TensorDict> {
   /** The key read for priorities when extending a buffer with a `PrioritizedSampler`. */
   readonly priorityKey: NestedKey;
   readonly #transforms: ReplayBufferTransform[];
-  #rng: SeededRng;
+  #rng: SeededRNG;
 
   constructor(options: ReplayBufferOptions = {}) {
     const parsed = parseOptions(ReplayBufferOptionsSchema, options, "ReplayBuffer options");
@@ -134,7 +134,7 @@ export class ReplayBuffer implements Iterable<TensorDict> {
     this.#transforms = [...(parsed.transforms ?? [])];
     this.batchSize = parsed.batchSize;
     this.priorityKey = parsed.priorityKey;
-    this.#rng = new SeededRng(parsed.seed);
+    this.#rng = new SeededRNG(parsed.seed);
   }
 
   /** The number of rows held. */
@@ -269,7 +269,7 @@ export class ReplayBuffer implements Iterable<TensorDict> {
    */
   async save(path: string): Promise<void> {
     const all = this.storage.all();
-    const metadata: JsonObject = {
+    const metadata: JSONObject = {
       format: "posttrain.replay_buffer",
       version: REPLAY_BUFFER_FILE_VERSION,
       storage: { kind: this.storage.kind, maxSize: Number.isFinite(this.storage.maxSize) ? this.storage.maxSize : null, length: this.storage.length },
@@ -306,12 +306,12 @@ export class ReplayBuffer implements Iterable<TensorDict> {
         ...(meta.batchSize !== null ? { batchSize: meta.batchSize } : {}),
         priorityKey: meta.priorityKey,
       });
-      buffer.#rng = SeededRng.fromState(meta.rng);
+      buffer.#rng = SeededRNG.fromState(meta.rng);
       buffer.sampler.loadState(meta.sampler.state);
       buffer.writer.loadState(meta.writer.state);
       for (const saved of meta.transforms) {
         const transform = transforms.find((t) => t.name === saved.name);
-        if (transform?.loadState !== undefined && saved.state !== null) transform.loadState(saved.state as JsonObject);
+        if (transform?.loadState !== undefined && saved.state !== null) transform.loadState(saved.state as JSONObject);
       }
       if (meta.storage.length > 0) {
         const stored = rows.unbind(0).map((row) => denseRow(row, meta.raggedKeys));

@@ -19,7 +19,7 @@ function splitmix32(seed: number): () => number {
 const rotl = (x: number, k: number): number => (x << k) | (x >>> (32 - k));
 
 /** A seeded source of random numbers (xoshiro128**); the same seed gives the same draws on every platform. */
-export class SeededRng {
+export class SeededRNG {
   readonly #s = new Uint32Array(4);
 
   /**
@@ -32,17 +32,17 @@ export class SeededRng {
       if (this.#s.every((w) => w === 0)) this.#s[0] = 1;
       return;
     }
-    if (!Number.isSafeInteger(seed) || seed < 0) throw new InvalidArgumentError(`SeededRng: seed must be a non-negative safe integer, got ${String(seed)}`);
+    if (!Number.isSafeInteger(seed) || seed < 0) throw new InvalidArgumentError(`SeededRNG: seed must be a non-negative safe integer, got ${String(seed)}`);
     const next = splitmix32((seed >>> 0) ^ Math.imul(Math.floor(seed / 2 ** 32), 0x85ebca6b));
     for (let i = 0; i < 4; i++) this.#s[i] = next();
   }
 
   /** A generator that continues from a state returned by {@link state}. */
-  static fromState(state: readonly number[]): SeededRng {
+  static fromState(state: readonly number[]): SeededRNG {
     if (state.length !== 4 || !state.every((w) => Number.isInteger(w) && w >= 0 && w < 2 ** 32) || state.every((w) => w === 0)) {
-      throw new InvalidArgumentError(`SeededRng.fromState: expected four 32-bit words, not all zero, got ${JSON.stringify(state)}`);
+      throw new InvalidArgumentError(`SeededRNG.fromState: expected four 32-bit words, not all zero, got ${JSON.stringify(state)}`);
     }
-    const rng = new SeededRng(0);
+    const rng = new SeededRNG(0);
     rng.#s.set(state);
     return rng;
   }

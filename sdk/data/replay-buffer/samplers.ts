@@ -3,10 +3,10 @@
  * `SamplerWithoutReplacement`; `PrioritizedSampler` lives in prioritized.ts).
  */
 import { z } from "zod";
-import type { JsonObject } from "../message.js";
+import type { JSONObject } from "../message.js";
 import { parseOptions } from "../../core/index.js";
 import { InvalidArgumentError } from "./errors.js";
-import type { SeededRng } from "./rng.js";
+import type { SeededRNG } from "./rng.js";
 
 /** The sampler kinds `ReplayBuffer.save` knows how to write and load. */
 export type SamplerKind = "random" | "without-replacement" | "prioritized";
@@ -26,7 +26,7 @@ export abstract class Sampler {
   protected exhausted = false;
 
   /** `batchSize` positions in `[0, storageLength)`, drawn with `rng`. */
-  abstract sample(storageLength: number, batchSize: number, rng: SeededRng): SampleResult;
+  abstract sample(storageLength: number, batchSize: number, rng: SeededRNG): SampleResult;
 
   /** Told the positions a write filled (`-1` entries are rows that were not written), when the sampler needs them. */
   onWrite?(positions: Int32Array): void;
@@ -47,12 +47,12 @@ export abstract class Sampler {
   }
 
   /** The options needed to rebuild this sampler (saved with the buffer). */
-  config(): JsonObject {
+  config(): JSONObject {
     return {};
   }
 
   /** The state saved with the buffer. */
-  state(): JsonObject {
+  state(): JSONObject {
     return {};
   }
 
@@ -66,7 +66,7 @@ export abstract class Sampler {
 export class RandomSampler extends Sampler {
   readonly kind = "random";
 
-  sample(storageLength: number, batchSize: number, rng: SeededRng): SampleResult {
+  sample(storageLength: number, batchSize: number, rng: SeededRNG): SampleResult {
     const index = new Int32Array(batchSize);
     for (let i = 0; i < batchSize; i++) index[i] = rng.int(storageLength);
     return { index };
@@ -111,11 +111,11 @@ export class SamplerWithoutReplacement extends Sampler {
     this.shuffle = parsed.shuffle;
   }
 
-  #newPass(storageLength: number, rng: SeededRng): Int32Array {
+  #newPass(storageLength: number, rng: SeededRNG): Int32Array {
     return this.shuffle ? rng.permutation(storageLength) : Int32Array.from({ length: storageLength }, (_, i) => i);
   }
 
-  sample(storageLength: number, batchSize: number, rng: SeededRng): SampleResult {
+  sample(storageLength: number, batchSize: number, rng: SeededRNG): SampleResult {
     if (this.dropLast && storageLength < batchSize) {
       throw new InvalidArgumentError(
         `SamplerWithoutReplacement: batch size ${batchSize} is larger than the ${storageLength} stored rows; with dropLast no batch can be returned without repeating rows`,
@@ -140,11 +140,11 @@ export class SamplerWithoutReplacement extends Sampler {
     this.#storageLength = 0;
   }
 
-  override config(): JsonObject {
+  override config(): JSONObject {
     return { dropLast: this.dropLast, shuffle: this.shuffle };
   }
 
-  override state(): JsonObject {
+  override state(): JSONObject {
     return {
       storageLength: this.#storageLength,
       remaining: this.#remaining === undefined ? null : Array.from(this.#remaining),

@@ -2,7 +2,7 @@
  * The transform interface of the replay buffer (TorchRL's replay-buffer transforms): `inv` runs on every write
  * (`extend`, `add`), `forward` on every sample.
  */
-import type { JsonObject } from "../message.js";
+import type { JSONObject } from "../message.js";
 import type { TensorDict } from "../../tensordict/tensordict.js";
 
 /**
@@ -20,9 +20,9 @@ export interface ReplayBufferTransform {
   /** The read path: the sampled batch as the caller sees it. */
   forward?(td: TensorDict): TensorDict;
   /** JSON state saved by `ReplayBuffer.save` (e.g. counters). */
-  state?(): JsonObject;
+  state?(): JSONObject;
   /** Restores a state returned by {@link state} (`ReplayBuffer.load`). */
-  loadState?(state: JsonObject): void;
+  loadState?(state: JSONObject): void;
 }
 
 /** True when `value` has the shape of a {@link ReplayBufferTransform}. */

@@ -3,7 +3,7 @@
  * `TensorDictMaxValueWriter`).
  */
 import { z } from "zod";
-import type { JsonObject } from "../message.js";
+import type { JSONObject } from "../message.js";
 import { formatKey, type NestedKey } from "../../tensordict/keys.js";
 import type { TensorDict } from "../../tensordict/tensordict.js";
 import { parseOptions } from "../../core/index.js";
@@ -46,10 +46,10 @@ export abstract class Writer {
   }
 
   /** The options needed to rebuild this writer (saved with the buffer). */
-  abstract config(): JsonObject;
+  abstract config(): JSONObject;
 
   /** The state saved with the buffer. */
-  state(): JsonObject {
+  state(): JSONObject {
     return { cursor: this.cursor, writeCount: this.#writeCount };
   }
 
@@ -76,7 +76,7 @@ export class RoundRobinWriter extends Writer {
     return out;
   }
 
-  config(): JsonObject {
+  config(): JSONObject {
     return {};
   }
 }
@@ -188,11 +188,11 @@ export class TensorDictMaxValueWriter extends Writer {
     this.#heap = [];
   }
 
-  config(): JsonObject {
+  config(): JSONObject {
     return { rankKey: this.rankKey, reduction: this.reduction };
   }
 
-  override state(): JsonObject {
+  override state(): JSONObject {
     return { ...super.state(), top: this.#heap.map(([rank, position]) => [rank, position]) };
   }
 

@@ -3,7 +3,7 @@ import { DatasetFormatError } from "../errors.js";
 import type { DatasetRow } from "./plain.js";
 
 /** Rows of a JSONL text, with the 1-based line number of each row. */
-export function parseJsonl(file: string, text: string): { rows: DatasetRow[]; lines: number[] } {
+export function parseJSONL(file: string, text: string): { rows: DatasetRow[]; lines: number[] } {
   const rows: DatasetRow[] = [];
   const lines: number[] = [];
   text.split(/\r?\n/).forEach((line, i) => {

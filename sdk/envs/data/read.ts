@@ -2,7 +2,7 @@
 import { readFile } from "node:fs/promises";
 import { DatasetFormatError, DatasetNotFoundError } from "../errors.js";
 import { parseArrow } from "./arrow.js";
-import { parseJsonl } from "./jsonl.js";
+import { parseJSONL } from "./jsonl.js";
 import { parseParquet } from "./parquet.js";
 import type { DatasetRow } from "./plain.js";
 
@@ -44,7 +44,7 @@ export async function readDatasetFile(file: string): Promise<DatasetFile> {
   }
   const format = DATASET_EXTENSIONS[ext]!;
   if (format === "jsonl") {
-    const { rows, lines } = parseJsonl(file, bytes.toString("utf8"));
+    const { rows, lines } = parseJSONL(file, bytes.toString("utf8"));
     return { file, rows, lines };
   }
   if (format === "parquet") return { file, rows: await parseParquet(file, bytes) };

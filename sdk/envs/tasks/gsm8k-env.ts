@@ -6,7 +6,7 @@ import type { z } from "zod";
 import { parseOptions } from "../../core/index.js";
 import type { DatasetColumns } from "../data/fields.js";
 import { DatasetChatEnv } from "../dataset-chat-env.js";
-import { extractGsm8kAnswer, gsm8kScore } from "./gsm8k.js";
+import { extractGSM8KAnswer, gsm8kScore } from "./gsm8k.js";
 import { TaskRewardTransform, TIERED_EXTRA_KEYS, tieredResult } from "./task-reward.js";
 import { checkColumn, columnOf, stepCounterFor, taskEnvOptionsSchema, TieredLevelsSchema } from "./task-env-options.js";
 
@@ -49,7 +49,7 @@ export class GSM8KEnv extends DatasetChatEnv {
   /** Reads the dataset and checks that every `answer` has a `#### N` final answer (DATASET_FIELD otherwise). */
   override async load(): Promise<DatasetColumns> {
     const columns = await super.load();
-    checkColumn(columns, "answer", columnOf(this.primer.config.fields, "answer"), (v) => void extractGsm8kAnswer(v));
+    checkColumn(columns, "answer", columnOf(this.primer.config.fields, "answer"), (v) => void extractGSM8KAnswer(v));
     return columns;
   }
 }

@@ -12,7 +12,7 @@ import { extractTags, stripEos } from "./tags.js";
  * The reference answer of a GSM8K solution: the trimmed text after the last `####` marker.
  * Throws {@link InvalidArgumentError} when there is no marker or nothing after it.
  */
-export function extractGsm8kAnswer(solution: string): string {
+export function extractGSM8KAnswer(solution: string): string {
   const at = solution.lastIndexOf("####");
   const answer = at < 0 ? "" : solution.slice(at + 4).trim();
   if (at < 0) throw new InvalidArgumentError(`GSM8K answer: no "####" marker in ${JSON.stringify(solution.slice(0, 80))}`);
@@ -25,7 +25,7 @@ export function extractGsm8kAnswer(solution: string): string {
  * dropped; and, when a decimal point remains, trailing zeros and then the point dropped (`"120.0"` → `"120"`,
  * `"0.50"` → `"0.5"`). Text that is not a number is kept as it is (and so only matches itself).
  */
-export function normalizeGsm8kAnswer(answer: string): string {
+export function normalizeGSM8KAnswer(answer: string): string {
   let s = answer.trim().replace(/[,$%]/g, "");
   s = s.replace(/\.+$/, "");
   if (s.includes(".")) s = s.replace(/0+$/, "").replace(/\.+$/, "");
@@ -33,7 +33,7 @@ export function normalizeGsm8kAnswer(answer: string): string {
 }
 
 /** Options of {@link gsm8kScore}. */
-export interface Gsm8kScoreOptions extends TieredRewardOptions {
+export interface GSM8KScoreOptions extends TieredRewardOptions {
   /** End-of-sequence markers stripped from the response first (default `<|im_end|>`, `<|endoftext|>`). */
   readonly eosTokens?: readonly string[];
 }
@@ -43,10 +43,10 @@ export interface Gsm8kScoreOptions extends TieredRewardOptions {
  * normalises to the reference, `formatReward` (0.1) when the block is there but wrong, 0 when there is no non-empty
  * `<answer>` block — even when the right number appears elsewhere in the text, as in TorchRL.
  */
-export function gsm8kScore(response: string, solution: string, options: Gsm8kScoreOptions = {}): TaskScore {
+export function gsm8kScore(response: string, solution: string, options: GSM8KScoreOptions = {}): TaskScore {
   const { eosTokens, ...levels } = options;
   const resolved = parseOptions(TieredRewardOptionsSchema, levels, "gsm8kScore options");
-  const truth = normalizeGsm8kAnswer(extractGsm8kAnswer(solution));
+  const truth = normalizeGSM8KAnswer(extractGSM8KAnswer(solution));
   const parts = extractTags(stripEos(response, eosTokens));
-  return tieredScore(parts, parts.answer !== "" && normalizeGsm8kAnswer(parts.answer) === truth, resolved);
+  return tieredScore(parts, parts.answer !== "" && normalizeGSM8KAnswer(parts.answer) === truth, resolved);
 }

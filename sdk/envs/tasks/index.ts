@@ -23,7 +23,7 @@ export { DIGIT_SORT_REWARDS, DigitSortEnv, DigitSortEnvOptionsSchema, DigitSortE
 export { GSM8K_SYSTEM_PROMPT, GSM8KEnv, GSM8KEnvOptionsSchema, type GSM8KEnvOptions } from "./gsm8k-env.js";
 export { IFEVAL_SCORE_KEYS, IFEVAL_SYSTEM_PROMPT, IFEvalEnv, IFEvalEnvOptionsSchema, type IFEvalEnvOptions } from "./ifeval-env.js";
 export { MATH_SYSTEM_PROMPT, MATHEnv, MATHEnvOptionsSchema, type MATHEnvOptions } from "./math-env.js";
-export { extractGsm8kAnswer, gsm8kScore, normalizeGsm8kAnswer, type Gsm8kScoreOptions } from "./gsm8k.js";
+export { extractGSM8KAnswer, gsm8kScore, normalizeGSM8KAnswer, type GSM8KScoreOptions } from "./gsm8k.js";
 export {
   followsInstructions,
   ifevalAccuracy,

@@ -3,7 +3,7 @@
  * TypeScript SDK client (TorchRL's `MCPToolTransform`).
  */
 import { z } from "zod";
-import type { ChatMessage, JsonObject } from "../../data/index.js";
+import type { ChatMessage, JSONObject } from "../../data/index.js";
 import { parseOptions } from "../../core/index.js";
 import type { EnvCallOptions } from "../env-base.js";
 import { describeError, mapLimited, withDeadline } from "./limits.js";
@@ -99,7 +99,7 @@ export class MCPToolTransform extends ToolTransformBase {
    * Calls one tool directly and returns the `tool` message text (`Tool s.t executed successfully:\n...` or
    * `... failed:\n...`), as a step would.
    */
-  async callTool(name: string, args: JsonObject, options: ToolCallOptions = {}): Promise<string> {
+  async callTool(name: string, args: JSONObject, options: ToolCallOptions = {}): Promise<string> {
     return this.runCall(name, args, options.signal);
   }
 
@@ -116,7 +116,7 @@ export class MCPToolTransform extends ToolTransformBase {
     return results;
   }
 
-  private async runCall(name: string, args: JsonObject, signal: AbortSignal | undefined): Promise<string> {
+  private async runCall(name: string, args: JSONObject, signal: AbortSignal | undefined): Promise<string> {
     const target = await this.resolve(name);
     if (typeof target === "string") return target;
     const { connection, tool } = target;

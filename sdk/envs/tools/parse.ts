@@ -3,7 +3,7 @@
  * for `SimpleToolTransform` / `MCPToolTransform` in the formats TorchRL's tool transforms read, plus the message's
  * structured `toolCalls` and Hermes/Qwen `<tool_call>` blocks. See docs/tools.md for examples of each format.
  */
-import type { ChatMessage, JsonObject, JsonValue } from "../../data/index.js";
+import type { ChatMessage, JSONObject, JSONValue } from "../../data/index.js";
 
 /** Where a named call came from. */
 export type ToolCallFormat =
@@ -23,7 +23,7 @@ export interface ParsedToolCall {
   readonly ok: true;
   /** The tool name as written (MCP calls may be `server.tool`). */
   readonly name: string;
-  readonly arguments: JsonObject;
+  readonly arguments: JSONObject;
   /** The call's id or tag, when the format has one. */
   readonly id?: string;
   readonly format: ToolCallFormat;
@@ -128,10 +128,10 @@ function parseJsonCall(raw: string, body: string, format: ToolCallFormat): ToolC
   if (typeof name !== "string" || !TOOL_NAME.test(name)) {
     return { ok: false, name: typeof name === "string" && name !== "" ? name : null, reason: 'the call needs a "name" string naming a tool', raw, format };
   }
-  let args: JsonValue | undefined = value.arguments;
+  let args: JSONValue | undefined = value.arguments;
   if (typeof args === "string") {
     try {
-      args = JSON.parse(args) as JsonValue;
+      args = JSON.parse(args) as JSONValue;
     } catch (err) {
       return { ok: false, name, reason: `arguments are not valid JSON (${(err as Error).message})`, raw, format };
     }
@@ -142,6 +142,6 @@ function parseJsonCall(raw: string, body: string, format: ToolCallFormat): ToolC
   return { ok: true, name, arguments: args, ...(typeof id === "string" ? { id } : {}), format };
 }
 
-function isJsonObject(value: unknown): value is JsonObject {
+function isJsonObject(value: unknown): value is JSONObject {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
