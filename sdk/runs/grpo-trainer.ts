@@ -98,14 +98,8 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
 
   private constructor(parts: Parts) {
     super({
+      ...parts,
       name: "GRPOTrainer",
-      config: parts.config,
-      runDir: parts.runDir,
-      trainer: parts.trainer,
-      totalSteps: parts.totalSteps,
-      startStep: parts.startStep,
-      log: parts.log,
-      signal: parts.signal,
       evalLine: (e) => ({ eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd }),
     });
     this.#parts = parts;

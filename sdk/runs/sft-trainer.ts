@@ -76,14 +76,8 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
 
   private constructor(parts: Parts) {
     super({
+      ...parts,
       name: "SFTTrainer",
-      config: parts.config,
-      runDir: parts.runDir,
-      trainer: parts.trainer,
-      totalSteps: parts.totalSteps,
-      startStep: parts.startStep,
-      log: parts.log,
-      signal: parts.signal,
       evalLine: (e) => ({ eval_loss: e.loss, ...(e.rewardMean !== null ? { eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd } : {}) }),
     });
     this.#parts = parts;

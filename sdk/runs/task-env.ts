@@ -64,6 +64,16 @@ function datasetPosition(position: JSONValue | undefined, where: string): DataPo
   return parsed.data;
 }
 
+/** A procedural task whose prompts come from a generator-backed primer (a count resumes it). */
+function primedTask(env: DigitSortEnv | CountdownEnv, epochSize: number | null): TaskEnv {
+  return {
+    env,
+    position: () => env.primer.position,
+    epochSize: () => Promise.resolve(epochSize),
+    restart: () => void env.primer.resetDataloader(),
+  };
+}
+
 function datasetTaskEnv(env: DatasetChatEnv): TaskEnv {
   return {
     env,
@@ -96,12 +106,7 @@ export function createTaskEnv(task: TaskConfig, options: TaskEnvOptions): TaskEn
         batchSize: [batchSize],
         ...system,
       });
-      return {
-        env,
-        position: () => env.primer.position,
-        epochSize: () => Promise.resolve(digitSortSplitSize(task.numDigits, task.heldOutFraction, split)),
-        restart: () => void env.primer.resetDataloader(),
-      };
+      return primedTask(env, digitSortSplitSize(task.numDigits, task.heldOutFraction, split));
     }
     case "countdown": {
       const env = new CountdownEnv({
@@ -114,12 +119,7 @@ export function createTaskEnv(task: TaskConfig, options: TaskEnvOptions): TaskEn
         batchSize: [batchSize],
         ...system,
       });
-      return {
-        env,
-        position: () => env.primer.position,
-        epochSize: () => Promise.resolve(null),
-        restart: () => void env.primer.resetDataloader(),
-      };
+      return primedTask(env, null);
     }
     case "gsm8k":
     case "math":
