@@ -5,9 +5,9 @@
 import type { JSONObject as JSONObjectType, JSONValue as JSONValueType } from "../core/json.js";
 import { SeededRNG as SeededRNGClass } from "./replay-buffer/rng.js";
 
-/** @deprecated Renamed {@link JSONValueType | JSONValue}. */
+/** @deprecated Renamed `JSONValue`. */
 export type JsonValue = JSONValueType;
-/** @deprecated Renamed {@link JSONObjectType | JSONObject}. */
+/** @deprecated Renamed `JSONObject`. */
 export type JsonObject = JSONObjectType;
 /** @deprecated Renamed `SeededRNG`. */
 export const SeededRng = SeededRNGClass;

@@ -265,6 +265,7 @@ describe("MCAdvantage options", () => {
   });
 
   it("still takes the deprecated grpoSize, as groupSize", () => {
+    // eslint-disable-next-line @typescript-eslint/no-deprecated -- the deprecated name is what this test checks
     const t = new MCAdvantage({ grpoSize: 3 });
     expect(t.config.groupSize).toBe(3);
     expect(t.config).not.toHaveProperty("grpoSize");

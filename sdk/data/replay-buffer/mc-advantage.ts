@@ -16,6 +16,7 @@ import { leafNumbers, reduce } from "./reduce.js";
 import { groupId, likeReward, splitTrajectories } from "./trajectories.js";
 import type { ReplayBufferTransform } from "./transform.js";
 
+/* eslint-disable @typescript-eslint/no-deprecated -- the schema maps its own deprecated field onto groupSize */
 /** Options of {@link MCAdvantage} (TorchRL's names, camelCased). */
 export const MCAdvantageOptionsSchema = z
   .strictObject({
@@ -60,6 +61,7 @@ export const MCAdvantageOptionsSchema = z
     }
   })
   .transform(({ grpoSize, groupSize, ...rest }) => ({ ...rest, groupSize: (groupSize ?? grpoSize)! }));
+/* eslint-enable @typescript-eslint/no-deprecated */
 
 /** Options of {@link MCAdvantage}. */
 export type MCAdvantageOptions = z.input<typeof MCAdvantageOptionsSchema>;
