@@ -15,7 +15,6 @@ import { Trainer } from "../trainers/trainer.js";
 import { SharedWeightSyncScheme, ZMQWeightSyncScheme, type WeightSyncScheme } from "../trainers/weight-sync.js";
 import type { WorkerClient } from "../workers/client.js";
 import type { WorkerPool } from "../workers/pool.js";
-import { toOptimizerConfig, toScheduleConfig } from "./config-blocks.js";
 import { evaluateOnEnv } from "./evaluation.js";
 import { GRPOTrainerConfigSchema, lossOf, type GRPOTrainerConfig, type GRPOTrainerConfigInput } from "./grpo-config.js";
 import { grpoStep } from "./grpo-step.js";
@@ -23,7 +22,7 @@ import type { EvalRecord } from "./records.js";
 import { RunBase } from "./run-base.js";
 import { RunDirectory } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
-import { loadPolicy, logger, modelPath, openPool, POLICY_MODEL, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
+import { createPolicyTrainer, loadPolicy, logger, modelPath, openPool, POLICY_MODEL, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
 import { createTaskEnv, type TaskEnv } from "./task-env.js";
 
 /** Options of {@link GRPOTrainer.create} besides the config. */
@@ -176,16 +175,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
       const path = await modelPath(c.model, runDir, c.seed, log);
       await loadPolicy(worker, path, c.model);
       const reference = c.klToRefCoeff > 0 ? await ReferenceModel.copyOf(worker, POLICY_MODEL, "ref") : null;
-      const trainer = await Trainer.create(worker, {
-        model: POLICY_MODEL,
-        loss: lossOf(c),
-        optimizer: toOptimizerConfig(c.optimizer),
-        schedule: toScheduleConfig(c.schedule, totalSteps),
-        gradClip: c.gradClip,
-        microBatchTokens: c.microBatchTokens,
-        reference,
-        replace: true,
-      });
+      const trainer = await createPolicyTrainer(worker, c, lossOf(c), totalSteps, reference);
       let generator = worker;
       let generatorModel = GENERATOR_MODEL;
       let sync: WeightSyncScheme;

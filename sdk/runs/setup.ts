@@ -9,7 +9,10 @@ import { InvalidArgumentError } from "../core/errors.js";
 import { makeTinyModel } from "../models/tiny.js";
 import type { WorkerClient } from "../workers/client.js";
 import { WorkerPool } from "../workers/pool.js";
-import type { ModelConfigSchema } from "./config-blocks.js";
+import type { LossConfigLike } from "../objectives/losses.js";
+import type { ReferenceModel } from "../trainers/reference.js";
+import { Trainer } from "../trainers/trainer.js";
+import { toOptimizerConfig, toScheduleConfig, type ModelConfigSchema, type RunOptimizerSchema, type RunScheduleSchema } from "./config-blocks.js";
 import type { RunDirectory } from "./run-directory.js";
 
 /** Options of `GRPOTrainer.create` and `SFTTrainer.create` that are not part of the run config. */
@@ -67,6 +70,34 @@ export async function modelPath(model: ModelConfig, runDir: RunDirectory, seed: 
 /** Loads the policy into `worker` under {@link POLICY_MODEL}. */
 export async function loadPolicy(worker: WorkerClient, path: string, model: ModelConfig): Promise<void> {
   await worker.loadModel({ name: POLICY_MODEL, path, dtype: model.dtype, replace: true });
+}
+
+/** The run-config fields of the policy's `Trainer` (optimizer, schedule, clipping, micro-batching). */
+interface TrainerFields {
+  readonly optimizer: z.output<typeof RunOptimizerSchema>;
+  readonly schedule: z.output<typeof RunScheduleSchema>;
+  readonly gradClip: number | null;
+  readonly microBatchTokens: number | null;
+}
+
+/** The trainer of the policy in `worker`, from the run config's fields, its schedule ending at `totalSteps`. */
+export function createPolicyTrainer(
+  worker: WorkerClient,
+  config: TrainerFields,
+  loss: LossConfigLike,
+  totalSteps: number,
+  reference: ReferenceModel | null,
+): Promise<Trainer> {
+  return Trainer.create(worker, {
+    model: POLICY_MODEL,
+    loss,
+    optimizer: toOptimizerConfig(config.optimizer),
+    schedule: toScheduleConfig(config.schedule, totalSteps),
+    gradClip: config.gradClip,
+    microBatchTokens: config.microBatchTokens,
+    reference,
+    replace: true,
+  });
 }
 
 /**

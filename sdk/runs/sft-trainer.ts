@@ -13,13 +13,12 @@ import type { TensorDict } from "../tensordict/index.js";
 import { ReferenceModel } from "../trainers/reference.js";
 import { Trainer } from "../trainers/trainer.js";
 import type { WorkerPool } from "../workers/pool.js";
-import { toOptimizerConfig, toScheduleConfig } from "./config-blocks.js";
 import { evaluateOnEnv } from "./evaluation.js";
 import type { EvalRecord, StepRecord } from "./records.js";
 import { RunBase } from "./run-base.js";
 import { RunDirectory } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
-import { loadPolicy, logger, modelPath, openPool, POLICY_MODEL, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
+import { createPolicyTrainer, loadPolicy, logger, modelPath, openPool, POLICY_MODEL, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
 import { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput, type SFTDataConfigSchema } from "./sft-config.js";
 import { loadConversations, renderConversations, SFTBatches, type SFTPosition } from "./sft-data.js";
 
@@ -113,16 +112,7 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
       const evalExamples =
         held === null ? null : await renderConversations(worker, POLICY_MODEL, await loadConversations(held, c.seed, "eval", c.eval.examples));
       const totalSteps = runLength(c.steps, c.epochs, train.numel(), c.batchSize, "SFTTrainer config");
-      const trainer = await Trainer.create(worker, {
-        model: POLICY_MODEL,
-        loss: new SFTLoss(c.loss),
-        optimizer: toOptimizerConfig(c.optimizer),
-        schedule: toScheduleConfig(c.schedule, totalSteps),
-        gradClip: c.gradClip,
-        microBatchTokens: c.microBatchTokens,
-        reference,
-        replace: true,
-      });
+      const trainer = await createPolicyTrainer(worker, c, new SFTLoss(c.loss), totalSteps, reference);
       let startStep = 0;
       let position: SFTPosition | undefined;
       const latest = resumable ? await runDir.latestCheckpoint() : undefined;
