@@ -158,7 +158,8 @@ export function parseJSONLines(text: string, file: string): unknown[] {
   return out;
 }
 
-async function readOptional(path: string): Promise<string | undefined> {
+/** The text of the file at `path`, or `undefined` when there is none (other read errors are thrown). */
+export async function readOptional(path: string): Promise<string | undefined> {
   try {
     return await readFile(path, "utf8");
   } catch (err) {

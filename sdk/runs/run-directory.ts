@@ -4,10 +4,10 @@
  * and `report.html`.
  * See docs/trainers.md ("Run directory").
  */
-import { mkdir, open, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, rename, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
-import { parseJSONLines, writeReport, type MetricRecord, type SampleRecord } from "../reports/index.js";
+import { parseJSONLines, readOptional, writeReport, type MetricRecord, type SampleRecord } from "../reports/index.js";
 import { RunConfigMismatchError, RunDirectoryError } from "./errors.js";
 
 /** A checkpoint of the run: its step and directory. */
@@ -17,15 +17,6 @@ export interface RunCheckpoint {
 }
 
 const CHECKPOINT_NAME = /^step-(\d+)$/;
-
-async function readOptional(path: string): Promise<string | undefined> {
-  try {
-    return await readFile(path, "utf8");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw err;
-  }
-}
 
 /**
  * Appends `lines` to `path`. No fsync here (it costs milliseconds a step on some disks): the lines are with the OS
