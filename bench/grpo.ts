@@ -22,7 +22,7 @@ import { GRPOTrainer, WorkerPool, digitSortExamples, makeTinyModel, type StepRec
 import { parseOptions } from "../sdk/core/index.js";
 import { startPythonStepper, type PythonRequest, type PythonStepper } from "./grpo-python.js";
 import { RpcTimer } from "./grpo-profile.js";
-import { quantile, round } from "./stats.js";
+import { machineFacts, quantile, round } from "./stats.js";
 
 const FlagsSchema = z.strictObject({
   /** Timed steps per system. */
@@ -248,12 +248,7 @@ async function main(): Promise<void> {
       bench: "grpo",
       config: { ...config, model: { ...config.model, parameters: model.parameters }, sftWarmup: { ...config.sftWarmup, seconds: model.sftSeconds } },
       machine: {
-        platform: process.platform,
-        arch: process.arch,
-        cpus: cpus().length,
-        node: process.version,
-        torch: pool.worker(0).info.torch,
-        loadAverage: { before: loadBefore, after: round(loadavg()[0] ?? 0, 2) },
+        ...machineFacts(pool.worker(0).info.torch, loadBefore),
         ompNumThreads: process.env.OMP_NUM_THREADS ?? null,
         torchThreads: { inProcess: inProcess.threads, trl: trl?.threads ?? null },
       },

@@ -1,4 +1,5 @@
 /** Small statistics helpers shared by the benchmarks. */
+import { cpus, loadavg } from "node:os";
 
 /** The q-quantile (0..1) of `samples` (nearest rank). */
 export function quantile(samples: readonly number[], q: number): number {
@@ -56,4 +57,16 @@ export async function timeInterleaved(
     tb.push(performance.now() - t0);
   }
   return [ta, tb];
+}
+
+/** The machine a benchmark ran on, for its JSON: platform, cores, Node, the workers' torch, the load before and after. */
+export function machineFacts(torch: string, loadBefore: number): Record<string, string | number | Record<string, number>> {
+  return {
+    platform: process.platform,
+    arch: process.arch,
+    cpus: cpus().length,
+    node: process.version,
+    torch,
+    loadAverage: { before: loadBefore, after: round(loadavg()[0] ?? 0, 2) },
+  };
 }

@@ -1,6 +1,19 @@
 /**
  * Collectors (TorchRL's `LLMCollector`): run a policy in an environment and hand out the collected dialog turns as an
- * async iterable, optionally into a replay buffer. See docs/collectors.md.
+ * async iterable, optionally into a replay buffer, or collect into one in the background (`start`, `takeBatch`).
+ * See docs/collectors.md.
  */
 export { CollectorStateError } from "./errors.js";
-export { LLMCollector, LLMCollectorOptionsSchema, type LLMCollectorOptions, type WeightUpdater } from "./llm-collector.js";
+export {
+  CollectorStartOptionsSchema,
+  LLMCollector,
+  LLMCollectorOptionsSchema,
+  TakeBatchOptionsSchema,
+  type CollectorStartOptions,
+  type LLMCollectorOptions,
+  type LLMCollectorStats,
+  type TakeBatchOptions,
+  type TakenBatch,
+  type WeightUpdater,
+} from "./llm-collector.js";
+export { trajectoryBatch, TrajectoryBatchOptionsSchema, type TrajectoryBatchOptions } from "./trajectory-batch.js";

@@ -11,6 +11,7 @@ import { NEXT_DONE_KEY, POLICY_VERSION_KEY } from "../envs/keys.js";
 import { Tensor, TensorDict } from "../tensordict/index.js";
 import { parseOptions } from "../core/index.js";
 import { CollectorStateError, InvalidArgumentError } from "./errors.js";
+import { Pulse } from "./pulse.js";
 
 /**
  * The weight-update hook: called by {@link LLMCollector.updatePolicyWeights} with what the caller passed (e.g. a
@@ -54,6 +55,55 @@ export const LLMCollectorOptionsSchema = z.strictObject({
 /** Options of {@link LLMCollector}. */
 export type LLMCollectorOptions = z.input<typeof LLMCollectorOptionsSchema>;
 type Resolved = z.output<typeof LLMCollectorOptionsSchema>;
+
+/** Options of {@link LLMCollector.start}. */
+export const CollectorStartOptionsSchema = z.strictObject({
+  /**
+   * How many policy versions collection may run ahead of the weights (default 0): batch `i` (counted from `start()`)
+   * starts once `updatePolicyWeights()` has been called at least `i − maxPolicyAge` times. 0 collects the next batch
+   * after the weights trained on the last one are in (synchronous, on-policy), 1 collects one batch ahead while the
+   * trainer trains, and so on.
+   */
+  maxPolicyAge: z.number().int().min(0).default(0),
+});
+
+/** Options of {@link LLMCollector.start}. */
+export type CollectorStartOptions = z.input<typeof CollectorStartOptionsSchema>;
+
+/** Options of {@link LLMCollector.takeBatch}. */
+export const TakeBatchOptionsSchema = z.strictObject({
+  /** Drop (and count) rows whose `"policy_version"` is more than this many versions behind the collector's. */
+  maxPolicyAge: z.number().int().min(0).optional(),
+  /** Stops waiting: the call rejects with `RequestAbortedError` (code `ABORTED`). */
+  signal: z.instanceof(AbortSignal).optional(),
+});
+
+/** Options of {@link LLMCollector.takeBatch}. */
+export type TakeBatchOptions = z.input<typeof TakeBatchOptionsSchema>;
+
+/** What {@link LLMCollector.takeBatch} returns. */
+export interface TakenBatch {
+  /** The oldest rows of the replay buffer, removed from it. */
+  readonly batch: TensorDict;
+  /** Rows dropped for staleness before these were taken. */
+  readonly dropped: number;
+}
+
+/** Counters of {@link LLMCollector}. */
+export interface LLMCollectorStats {
+  /** Batches collected (written to the replay buffer, or yielded). */
+  readonly batches: number;
+  /** Milliseconds spent collecting (policy and env steps), counting a batch in progress up to now. */
+  readonly busyMs: number;
+  /** Rows dropped by {@link LLMCollector.takeBatch} for staleness. */
+  readonly droppedStale: number;
+}
+
+/** A stored row's `"policy_version"` (-Infinity when it has none: such a row is always stale). */
+function rowVersion(row: TensorDict): number {
+  const v = row.get(POLICY_VERSION_KEY, undefined);
+  return v instanceof Tensor ? Number(v.toNumbers()[0]) : -Infinity;
+}
 
 /** True when any element of the row's `("next", "done")` leaf is true. */
 function rowDone(row: TensorDict): boolean {
@@ -106,6 +156,17 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
   readonly #rowQueues: TensorDict[][];
   readonly #trajectories: TensorDict[] = [];
   #queuedNumel = 0;
+  // background collection (start / takeBatch / shutdown)
+  readonly #pulse = new Pulse();
+  #background: Promise<void> | undefined;
+  #stopBackground: AbortController | undefined;
+  #failure: Error | undefined;
+  #batchesStarted = 0;
+  #updates = 0;
+  #batches = 0;
+  #busyMs = 0;
+  #busySince: number | undefined;
+  #droppedStale = 0;
 
   constructor(options: LLMCollectorOptions) {
     const o = parseOptions(LLMCollectorOptionsSchema, options, "LLMCollector options");
@@ -167,6 +228,18 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
     if (this.#o.trackPolicyVersion) this.#version += 1;
   }
 
+  /** Sets the policy version (a resumed run starts at its checkpoint's; no-op when `trackPolicyVersion` is off). */
+  setPolicyVersion(version: number): void {
+    const v = parseOptions(z.number().int().min(0), version, "LLMCollector.setPolicyVersion version");
+    if (this.#o.trackPolicyVersion) this.#version = v;
+  }
+
+  /** Batches collected, time spent collecting, rows dropped for staleness. */
+  get stats(): LLMCollectorStats {
+    const running = this.#busySince === undefined ? 0 : performance.now() - this.#busySince;
+    return { batches: this.#batches, busyMs: this.#busyMs + running, droppedStale: this.#droppedStale };
+  }
+
   /**
    * Pushes new weights to the policy through the `weightUpdater` hook (if any), then increments the policy version
    * (TorchRL's `update_policy_weights_`). Data collected afterwards carries the new version.
@@ -174,12 +247,125 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
   async updatePolicyWeights(weights?: unknown): Promise<void> {
     if (this.#o.weightUpdater !== undefined) await this.#o.weightUpdater(weights, this);
     this.incrementVersion();
+    this.#updates += 1;
+    this.#pulse.notify();
   }
 
-  /** Stops the collection (a running iteration ends after its current batch) and closes the env. */
+  /**
+   * Collects in the background into the replay buffer (TorchRL's `collector.start()`), until `totalDialogTurns`,
+   * `shutdown()`, `close()` or the signal. Each batch waits for its turn (`maxPolicyAge`: how far collection may run
+   * ahead of `updatePolicyWeights`) and for room in the buffer's storage (back-pressure: a full buffer pauses
+   * collection until {@link takeBatch} removes rows). Read the data with {@link takeBatch}; a collection error is
+   * rethrown there.
+   */
+  start(options: CollectorStartOptions = {}): void {
+    const { maxPolicyAge } = parseOptions(CollectorStartOptionsSchema, options, "LLMCollector.start options");
+    const rb = this.#o.replayBuffer;
+    if (rb === undefined) throw new InvalidArgumentError("LLMCollector options.replayBuffer: start() collects into a replay buffer; pass one");
+    if (rb.storage.maxSize < this.#dialogTurnsPerBatch) {
+      throw new InvalidArgumentError(
+        `LLMCollector options.replayBuffer: its storage holds at most ${rb.storage.maxSize} rows, less than one batch (dialogTurnsPerBatch ${this.#dialogTurnsPerBatch})`,
+      );
+    }
+    if (this.#closed) throw new CollectorStateError("LLMCollector: the collector is closed");
+    if (this.#iterating || this.#background !== undefined) throw new CollectorStateError("LLMCollector: already collecting (one iteration or start() at a time)");
+    this.#stopBackground = new AbortController();
+    this.#failure = undefined;
+    this.#batchesStarted = 0;
+    this.#updates = 0;
+    this.#background = this.#collectInBackground(maxPolicyAge, this.#stopBackground.signal);
+  }
+
+  /** Whether background collection ({@link start}) is running. */
+  get running(): boolean {
+    return this.#background !== undefined;
+  }
+
+  /**
+   * Waits until the replay buffer holds `rows` rows, then removes the oldest `rows` and returns them. With
+   * `maxPolicyAge`, rows more than that many versions behind the collector's policy version are dropped first (and
+   * counted). Rejects with the background collection's error as soon as it fails (a worker that died), and with
+   * COLLECTOR_STATE when collection has ended without enough rows.
+   */
+  async takeBatch(rows: number, options: TakeBatchOptions = {}): Promise<TakenBatch> {
+    const count = parseOptions(z.number().int().min(1), rows, "LLMCollector.takeBatch rows");
+    const o = parseOptions(TakeBatchOptionsSchema, options, "LLMCollector.takeBatch options");
+    const rb = this.#o.replayBuffer;
+    if (rb === undefined) throw new InvalidArgumentError("LLMCollector options.replayBuffer: takeBatch() reads the replay buffer; pass one");
+    let dropped = 0;
+    for (;;) {
+      if (this.#failure !== undefined) throw this.#failure;
+      if (o.maxPolicyAge !== undefined && rb.length > 0) {
+        const oldest = this.#version - o.maxPolicyAge;
+        const stale = rb.discardWhere((row) => rowVersion(row) < oldest);
+        dropped += stale;
+        if (stale > 0) this.#pulse.notify(); // room for the collector
+      }
+      if (rb.length >= count) {
+        const batch = rb.take(count);
+        this.#droppedStale += dropped;
+        this.#pulse.notify();
+        return { batch, dropped };
+      }
+      if (this.#background === undefined) {
+        this.#droppedStale += dropped;
+        throw new CollectorStateError(`LLMCollector.takeBatch: collection is not running and the replay buffer holds ${rb.length} of ${count} rows`);
+      }
+      await this.#pulse.wait(o.signal, "LLMCollector.takeBatch");
+    }
+  }
+
+  /** Stops background collection: a batch in progress is cancelled (its worker requests too); resolves once stopped. */
+  async shutdown(): Promise<void> {
+    const background = this.#background;
+    if (background === undefined) return;
+    this.#stopBackground?.abort(new CollectorStateError("LLMCollector: shut down"));
+    await background;
+  }
+
+  async #collectInBackground(maxPolicyAge: number, stop: AbortSignal): Promise<void> {
+    const rb = this.#o.replayBuffer!;
+    const outer = this.#o.signal;
+    const signal = outer === undefined ? stop : AbortSignal.any([outer, stop]);
+    const ready = (): boolean => this.#batchesStarted - this.#updates <= maxPolicyAge && rb.length + this.#dialogTurnsPerBatch <= rb.storage.maxSize;
+    try {
+      while (this.#budgetLeft() && !this.#closed && !stop.aborted) {
+        while (!ready()) await this.#pulse.wait(signal, "LLMCollector");
+        this.#batchesStarted += 1;
+        const batch = await this.#collectBatch({ signal });
+        rb.extend(batch);
+        this.#pulse.notify();
+      }
+    } catch (err) {
+      if (!stop.aborted) this.#failure = err instanceof Error ? err : new CollectorStateError(`LLMCollector: collection failed: ${String(err)}`);
+    } finally {
+      this.#background = undefined;
+      this.#stopBackground = undefined;
+      this.#pulse.notify();
+    }
+  }
+
+  /** One batch: rolled out, counted, post-processed. */
+  async #collectBatch(request: RequestOptions): Promise<TensorDict> {
+    throwIfAborted(request.signal, "LLMCollector");
+    this.#busySince = performance.now();
+    try {
+      let batch = this.#yieldTrajectories ? await this.#rolloutTrajectories(request) : await this.#rolloutAll(request);
+      this.#frames += batch.numel();
+      if (this.#o.postproc !== undefined) batch = await this.#o.postproc(batch);
+      this.#batches += 1;
+      return batch;
+    } finally {
+      this.#busyMs += performance.now() - this.#busySince;
+      this.#busySince = undefined;
+    }
+  }
+
+  /** Stops the collection (a running iteration ends after its current batch; background collection is cancelled) and closes the env. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    await this.shutdown();
     await this.#o.env.close();
   }
 
@@ -198,14 +384,11 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
    */
   async *[Symbol.asyncIterator](): AsyncIterator<TensorDict> {
     if (this.#closed) throw new CollectorStateError("LLMCollector: the collector is closed");
-    if (this.#iterating) throw new CollectorStateError("LLMCollector: already being iterated (one iteration at a time)");
+    if (this.#iterating || this.#background !== undefined) throw new CollectorStateError("LLMCollector: already being iterated (one iteration or start() at a time)");
     this.#iterating = true;
     try {
       while (this.#budgetLeft() && !this.#closed) {
-        throwIfAborted(this.#o.signal, "LLMCollector");
-        let batch = this.#yieldTrajectories ? await this.#rolloutTrajectories() : await this.#rolloutAll();
-        this.#frames += batch.numel();
-        if (this.#o.postproc !== undefined) batch = await this.#o.postproc(batch);
+        const batch = await this.#collectBatch(this.#request);
         if (this.#o.replayBuffer !== undefined) this.#o.replayBuffer.extend(batch);
         yield batch;
       }
@@ -218,21 +401,30 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
     return this.#o.signal === undefined ? {} : { signal: this.#o.signal };
   }
 
-  async #act(td: TensorDict): Promise<[TensorDict, TensorDict]> {
-    throwIfAborted(this.#o.signal, "LLMCollector");
-    let acted = await callPolicy(this.#o.policy, td, this.#request);
-    if (this.#o.trackPolicyVersion) {
+  /**
+   * The policy, then an env step. The policy version written is the one the policy reports under `"policy_version"`
+   * (a worker's generate records the version of the weights it sampled with), else the collector's. With
+   * `last` (a batch's last step when the next batch resets anyway), done rows are not reset.
+   */
+  async #act(td: TensorDict, request: RequestOptions, last = false): Promise<[TensorDict, TensorDict]> {
+    throwIfAborted(request.signal, "LLMCollector");
+    let acted = await callPolicy(this.#o.policy, td, request);
+    if (this.#o.trackPolicyVersion && !acted.has(POLICY_VERSION_KEY)) {
       acted = acted.exclude().set(POLICY_VERSION_KEY, Tensor.full("int64", acted.batchSize, BigInt(this.#version)));
     }
-    return this.#o.env.stepAndMaybeReset(acted, this.#request);
+    if (!last) return this.#o.env.stepAndMaybeReset(acted, request);
+    const stepped = await this.#o.env.step(acted, request);
+    return [stepped, this.#o.env.stepMdp(stepped)];
   }
 
-  async #rolloutAll(): Promise<TensorDict> {
-    if (this.#o.resetAtEachIter || this.#shuttle === undefined) this.#shuttle = await this.#o.env.reset(undefined, this.#request);
+  async #rolloutAll(request: RequestOptions): Promise<TensorDict> {
+    const reset = this.#o.resetAtEachIter;
+    if (reset || this.#shuttle === undefined) this.#shuttle = await this.#o.env.reset(undefined, request);
     const steps: TensorDict[] = [];
     let collected = 0;
     while (collected < this.#dialogTurnsPerBatch) {
-      const [stepped, next] = await this.#act(this.#shuttle);
+      const last = reset && collected + this.#shuttle.numel() >= this.#dialogTurnsPerBatch;
+      const [stepped, next] = await this.#act(this.#shuttle, request, last);
       steps.push(stepped);
       collected += stepped.numel();
       this.#shuttle = next;
@@ -241,10 +433,10 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
     return this.#flatten ? trajectory.reshape([-1]) : trajectory;
   }
 
-  async #rolloutTrajectories(): Promise<TensorDict> {
-    this.#shuttle ??= await this.#o.env.reset(undefined, this.#request);
+  async #rolloutTrajectories(request: RequestOptions): Promise<TensorDict> {
+    this.#shuttle ??= await this.#o.env.reset(undefined, request);
     while (this.#queuedNumel < this.#dialogTurnsPerBatch) {
-      const [stepped, next] = await this.#act(this.#shuttle);
+      const [stepped, next] = await this.#act(this.#shuttle, request);
       this.#shuttle = next;
       stepped.unbind(0).forEach((row, i) => {
         const queue = this.#rowQueues[i]!;

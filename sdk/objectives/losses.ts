@@ -21,6 +21,22 @@ export const MASKING_STRATEGIES = ["sft", "rlhf", "generic"] as const;
 /** `sft`: the response after the prompt; `rlhf`: assistant tokens; `generic`: every attended token. */
 export type MaskingStrategy = (typeof MASKING_STRATEGIES)[number];
 
+/**
+ * Off-policy corrections of the GRPO per-token objective (`GRPOLoss`, `DAPOLoss`), for batches whose `logp_old` comes
+ * from an older policy than the trainer's (asynchronous collection, `maxPolicyAge ≥ 1`). See docs/losses.md,
+ * "Off-policy correction".
+ */
+export const OFF_POLICY_CORRECTIONS = ["none", "tis", "decoupled"] as const;
+/**
+ * `none`: the plain objective on `r = exp(logp − logp_old)`; `tis`: truncated importance sampling (verl, TRL),
+ * `−min(w, C)·ℓ(r_prox)`; `decoupled`: AReaL's decoupled PPO, `−w·ℓ(r_prox)` with `w` uncapped unless `isCap` is set.
+ * `r_prox = exp(logp − logp_prox)` and `w = sg(exp(logp_prox − logp_old))`.
+ */
+export type OffPolicyCorrection = (typeof OFF_POLICY_CORRECTIONS)[number];
+
+/** The `isCap` of `offPolicyCorrection: "tis"` when none is given (verl's threshold). */
+const TIS_DEFAULT_CAP = 2;
+
 /** SFT objectives (TorchRL's `loss_function`). */
 export const SFT_LOSS_FUNCTIONS = ["sft", "minor_sft"] as const;
 /** `sft`: negative log-likelihood; `minor_sft`: `−logσ(β(s − s_ref))` against a reference model. */
@@ -69,6 +85,33 @@ function checkNormalisation(o: PolicyShape, ctx: z.RefinementCtx): void {
   }
 }
 
+interface OffPolicyShape {
+  offPolicyCorrection: OffPolicyCorrection;
+  isCap?: number | null | undefined;
+}
+
+function checkOffPolicy(o: OffPolicyShape, ctx: z.RefinementCtx): void {
+  if (o.offPolicyCorrection === "none" && o.isCap !== undefined) {
+    ctx.addIssue({ code: "custom", path: ["isCap"], message: 'is only used with offPolicyCorrection "tis" or "decoupled" (it is "none")' });
+  }
+  if (o.offPolicyCorrection === "tis" && o.isCap === null) {
+    ctx.addIssue({ code: "custom", path: ["isCap"], message: 'must be a number > 0 with offPolicyCorrection "tis" (the truncation cap; "decoupled" takes null for an uncapped weight)' });
+  }
+}
+
+const NOT_OFF_POLICY = 'is only supported by GRPOLoss and DAPOLoss (the GRPO per-token objective; docs/losses.md, "Off-policy correction")';
+
+/**
+ * `offPolicyCorrection` and `isCap` in the schemas of the variants without an off-policy correction (CISPO, GSPO,
+ * SAPO): only `"none"` and no cap, so that a correction is refused with a message that says why.
+ */
+const noOffPolicyFields = {
+  /** Only `"none"`: the off-policy corrections are GRPO's and DAPO's (docs/losses.md). */
+  offPolicyCorrection: z.literal("none", { error: NOT_OFF_POLICY }).optional(),
+  /** Not a field of this variant (the cap of GRPO's and DAPO's off-policy corrections). */
+  isCap: z.undefined({ error: NOT_OFF_POLICY }).optional(),
+};
+
 function clipPair(clip: number | readonly [number, number]): [number, number] {
   return typeof clip === "number" ? [clip, clip] : [clip[0], clip[1]];
 }
@@ -87,6 +130,17 @@ export const GRPOLossOptionsSchema = z
     clipEpsilon: ClipEpsilonSchema.default(0.2),
     /** DAPO's dual clip `c`: for `A < 0` the per-token loss is capped at `−c·A` (TRL's `delta`); must be > 1 + ε_high. */
     dualClip: z.number().nullable().default(null),
+    /**
+     * Off-policy correction (default `"none"`: the loss as it is without one). `"tis"` and `"decoupled"` anchor the
+     * clip at the proximal policy `logp_prox` (the trainer's weights before this step's update) and weight each token
+     * by `w = sg(exp(logp_prox − logp_old))`; `"tis"` truncates `w` at `isCap`. See docs/losses.md.
+     */
+    offPolicyCorrection: z.enum(OFF_POLICY_CORRECTIONS).default("none"),
+    /**
+     * The cap `C` of the behaviour weight, `min(w, C)`, a finite number > 0 (1 is allowed). `"tis"`: default 2;
+     * `"decoupled"`: default `null` (uncapped); not allowed with `"none"`.
+     */
+    isCap: z.number().positive().nullable().optional(),
     ...policyFields,
   })
   .superRefine((o, ctx) => {
@@ -96,6 +150,7 @@ export const GRPOLossOptionsSchema = z
       ctx.addIssue({ code: "custom", path: ["dualClip"], message: `must be > 1 + clipEpsilon high (${1 + high}), got ${o.dualClip}` });
     }
     checkNormalisation(o, ctx);
+    checkOffPolicy(o, ctx);
   });
 /** Options of {@link GRPOLoss} (input form: every field may be left out). */
 export type GRPOLossOptions = z.input<typeof GRPOLossOptionsSchema>;
@@ -106,6 +161,7 @@ export const CISPOLossOptionsSchema = z
     /** The weight is `clip(r, 1 − ε_low, 1 + ε_high)`, held constant (default `[1, 4]`: r ∈ [0, 5], torchforge's). */
     clipEpsilon: ClipEpsilonSchema.default([1, 4]),
     ...policyFields,
+    ...noOffPolicyFields,
   })
   .superRefine((o, ctx) => {
     checkClip(o.clipEpsilon, true, ctx);
@@ -120,6 +176,7 @@ export const GSPOLossOptionsSchema = z
     /** Clip of the sequence ratio (default `[3e-4, 4e-4]`, the GSPO paper's). */
     clipEpsilon: ClipEpsilonSchema.default([3e-4, 4e-4]),
     ...policyFields,
+    ...noOffPolicyFields,
   })
   .superRefine((o, ctx) => {
     checkClip(o.clipEpsilon, false, ctx);
@@ -136,6 +193,7 @@ export const SAPOLossOptionsSchema = z
     /** Gate temperature where `A ≤ 0` (default 1.05, TRL's `sapo_temperature_neg`). */
     temperatureNeg: z.number().positive().default(1.05),
     ...policyFields,
+    ...noOffPolicyFields,
   })
   .superRefine((o, ctx) => {
     checkNormalisation(o, ctx);
@@ -181,6 +239,10 @@ export interface GRPOLossWire extends PolicyLossWireFields {
   readonly type: "grpo";
   readonly clipEpsilon: readonly [number, number];
   readonly dualClip: number | null;
+  /** Present only with a correction (absent: `"none"`, the loss without one). */
+  readonly offPolicyCorrection?: Exclude<OffPolicyCorrection, "none">;
+  /** The cap in effect, present with `offPolicyCorrection` (`null`: uncapped, `"decoupled"` only). */
+  readonly isCap?: number | null;
 }
 /** The JSON {@link CISPOLoss} sends to the worker. */
 export interface CISPOLossWire extends PolicyLossWireFields {
@@ -217,7 +279,7 @@ export interface LossConfigLike {
 
 type PolicyResolved = z.output<typeof GRPOLossOptionsSchema>;
 
-function policyWire(o: Omit<PolicyResolved, "clipEpsilon" | "dualClip">, defaultAggregation: Aggregation): PolicyLossWireFields {
+function policyWire(o: Omit<PolicyResolved, "clipEpsilon" | "dualClip" | "offPolicyCorrection" | "isCap">, defaultAggregation: Aggregation): PolicyLossWireFields {
   const normalisation =
     o.lossType !== undefined
       ? { lossType: o.lossType, ...(o.maxCompletionLength !== undefined ? { maxCompletionLength: o.maxCompletionLength } : {}) }
@@ -235,7 +297,9 @@ function policyWire(o: Omit<PolicyResolved, "clipEpsilon" | "dualClip">, default
 
 /**
  * TorchRL's `GRPOLoss`: per token `−min(r·A, clip(r, 1 − ε_low, 1 + ε_high)·A)` with `r = exp(logp − logp_old)`,
- * plus `−entropyCoeff·H` and the k3 KL terms, reduced by `aggregation` (or TRL's `lossType`).
+ * plus `−entropyCoeff·H` and the k3 KL terms, reduced by `aggregation` (or TRL's `lossType`). For stale batches,
+ * `offPolicyCorrection` (`"tis"`, `"decoupled"`) anchors the clip at the proximal policy and importance-weights each
+ * token (docs/losses.md, "Off-policy correction").
  *
  * @example
  * ```ts
@@ -257,10 +321,12 @@ export class GRPOLoss implements LossConfigLike {
     this.config = parseOptions(GRPOLossOptionsSchema, options, where);
   }
 
-  /** The JSON config sent to the worker. */
+  /** The JSON config sent to the worker (`offPolicyCorrection` and `isCap` only with a correction). */
   toWire(): GRPOLossWire {
-    const { clipEpsilon, dualClip, ...rest } = this.config;
-    return { type: "grpo", clipEpsilon: clipPair(clipEpsilon), dualClip, ...policyWire(rest, "token_mean") };
+    const { clipEpsilon, dualClip, offPolicyCorrection, isCap, ...rest } = this.config;
+    const offPolicy =
+      offPolicyCorrection === "none" ? {} : { offPolicyCorrection, isCap: isCap ?? (offPolicyCorrection === "tis" ? TIS_DEFAULT_CAP : null) };
+    return { type: "grpo", clipEpsilon: clipPair(clipEpsilon), dualClip, ...policyWire(rest, "token_mean"), ...offPolicy };
   }
 }
 

@@ -44,8 +44,11 @@ interface ChartSpec {
   readonly metrics: readonly string[];
   /** Draw `metric ± metric_std` as a band (for the first metric). */
   readonly bandStd?: string;
+  /** The least y range (`[0, 1]`: fractions, and counts that cannot go below 0, even when all zero). */
+  readonly yRange?: readonly [number, number];
 }
 
+/** The learning curves: every run that logs the metrics. */
 const CHARTS: readonly ChartSpec[] = [
   { title: "Reward (mean ± std)", metrics: ["reward_mean", "eval_reward_mean"], bandStd: "reward_std" },
   { title: "Per-reward means", metrics: ["reward/"] },
@@ -55,9 +58,20 @@ const CHARTS: readonly ChartSpec[] = [
   { title: "Clip fraction", metrics: ["clip_fraction"] },
   { title: "Completion length (tokens)", metrics: ["completion_length_mean", "completion_length_max"] },
   { title: "Throughput (tokens/s)", metrics: ["tokens_per_s"] },
-  { title: "Step time (s)", metrics: ["step_time_s"] },
+  { title: "Step time (s)", metrics: ["step_time_s", "generate_time_s", "train_time_s"] },
   { title: "Gradient norm", metrics: ["grad_norm"] },
   { title: "Learning rate", metrics: ["lr"] },
+];
+
+/**
+ * The collector → replay buffer → trainer pipeline of a GRPO run (`async: { maxPolicyAge }`): drawn only when the
+ * run logged these metrics, so the reports of older runs are unchanged.
+ */
+const PIPELINE_CHARTS: readonly ChartSpec[] = [
+  { title: "Policy age (versions)", metrics: ["policy_age_min", "policy_age_mean", "policy_age_max"], yRange: [0, 1] },
+  { title: "Stale samples dropped", metrics: ["stale_samples_dropped"], yRange: [0, 1] },
+  { title: "Busy fraction (generator vs trainer)", metrics: ["generator_busy_frac", "trainer_busy_frac"], yRange: [0, 1] },
+  { title: "Queue depth (groups in the buffer)", metrics: ["queue_depth"], yRange: [0, 1] },
 ];
 
 function metricNames(records: readonly MetricRecord[]): string[] {
@@ -115,9 +129,13 @@ td.text{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:12px;m
 /** Renders the report as one HTML document string. */
 export function renderReportHTML(input: ReportInput): string {
   const all = metricNames(input.metrics);
-  const charts = CHARTS.map((spec) => ({ spec, series: seriesFor(input.metrics, spec, all) }))
-    .filter((c) => c.series.length > 0)
-    .map((c) => lineChart(c.series, { title: c.spec.title, xLabel: "step" }));
+  const draw = (specs: readonly ChartSpec[]): string[] =>
+    specs
+      .map((spec) => ({ spec, series: seriesFor(input.metrics, spec, all) }))
+      .filter((c) => c.series.length > 0)
+      .map((c) => lineChart(c.series, { title: c.spec.title, xLabel: "step", ...(c.spec.yRange !== undefined ? { yRange: c.spec.yRange } : {}) }));
+  const charts = draw(CHARTS);
+  const pipeline = draw(PIPELINE_CHARTS);
   const lastStep = input.metrics.at(-1)?.step;
   const samples = (input.samples ?? []).slice(-24);
   const sampleTable =
@@ -136,7 +154,7 @@ export function renderReportHTML(input: ReportInput): string {
 <p class="meta">${String(input.metrics.length)} logged steps${lastStep === undefined ? "" : `, last step ${String(lastStep)}`}.</p>
 ${summaryRows(input.metrics)}
 <h2>Curves</h2><div class="charts">${charts.length === 0 ? "<p class=\"meta\">No metrics yet.</p>" : charts.join("\n")}</div>
-<h2>Sample completions</h2>${sampleTable}
+${pipeline.length === 0 ? "" : `<h2>Pipeline</h2><p class="meta">Collector → replay buffer → trainer: how old the trained samples were (policy versions behind the trainer), what was dropped as too old, how busy each side was over each step, and the groups left waiting.</p><div class="charts">${pipeline.join("\n")}</div>\n`}<h2>Sample completions</h2>${sampleTable}
 ${input.configText === undefined ? "" : `<h2>Config</h2><pre>${escapeXml(input.configText)}</pre>`}
 </body></html>
 `;

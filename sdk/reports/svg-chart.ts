@@ -16,6 +16,8 @@ export interface LineChartOptions {
   readonly xLabel?: string;
   readonly width?: number;
   readonly height?: number;
+  /** The y axis covers at least `[low, high]` (e.g. `[0, 1]` for fractions); data outside it widens it. */
+  readonly yRange?: readonly [number, number];
 }
 
 const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04"];
@@ -74,6 +76,8 @@ export function lineChart(series: readonly ChartSeries[], options: LineChartOpti
   if (xs.length === 0) {
     return `<svg xmlns="http://www.w3.org/2000/svg" width="${String(width)}" height="${String(height)}" role="img">${title}<text x="${String(width / 2)}" y="${String(height / 2)}" text-anchor="middle" class="empty">no data</text></svg>`;
   }
+  const [low, high] = options.yRange ?? [Number.NaN, Number.NaN];
+  if (Number.isFinite(low) && Number.isFinite(high)) ys.push(low, high);
   const xTicks = niceTicks(Math.min(...xs), Math.max(...xs));
   const yTicks = niceTicks(Math.min(...ys), Math.max(...ys));
   const x0 = Math.min(Math.min(...xs), xTicks[0] ?? Infinity);

@@ -63,12 +63,48 @@ export const LogConfigSchema = z.strictObject({
   samplesPerStep: z.number().int().min(0).default(2),
 });
 
+/** The trainer role: worker processes (default 1). */
+const TrainerRoleSchema = z.strictObject({ count: z.number().int().min(1).default(1) });
+
+/** The generator role: worker processes (default 0, or what `layout` implies). */
+const GeneratorRoleSchema = z.strictObject({ count: z.number().int().min(0).optional() });
+
 /**
- * Where the policy runs: `"colocated"` (default: one worker generates and trains, sharing the weights) or
- * `"separate"` (a generator worker and a trainer worker, weights sent over ZeroMQ after each step).
+ * Which workers play which role: `trainer` (the policy's optimizer; one for now) and `generator` (count 0, the
+ * default: the trainer's worker also generates, sharing the weights; count ≥ 1: that many generator workers, each
+ * sampling a share of every batch, the weights sent to them over ZeroMQ after each step). `layout` is the older
+ * shorthand: `"colocated"` = generator count 0, `"separate"` = generator count 1.
  */
-export const WorkersConfigSchema = z.strictObject({
-  layout: z.enum(["colocated", "separate"]).default("colocated"),
+export const WorkersConfigSchema = z
+  .strictObject({
+    layout: z.enum(["colocated", "separate"]).optional(),
+    trainer: TrainerRoleSchema.prefault({}),
+    generator: GeneratorRoleSchema.prefault({}),
+  })
+  .superRefine((w, ctx) => {
+    if (w.trainer.count > 1) {
+      ctx.addIssue({ code: "custom", path: ["trainer", "count"], message: "data-parallel trainers (count > 1) are not supported yet; use 1" });
+    }
+    const implied = w.layout === undefined ? undefined : w.layout === "separate" ? 1 : 0;
+    const count = w.generator.count;
+    if (implied !== undefined && count !== undefined && (implied === 0) !== (count === 0)) {
+      ctx.addIssue({ code: "custom", path: ["generator", "count"], message: `${count} contradicts layout "${w.layout}"; give one of the two` });
+    }
+  })
+  .transform((w) => ({
+    trainer: { count: w.trainer.count },
+    generator: { count: w.generator.count ?? (w.layout === "separate" ? 1 : 0) },
+  }));
+
+/**
+ * Asynchronous collection: generators run up to `maxPolicyAge` policy versions ahead of the trainer (0 = the
+ * synchronous, on-policy algorithm). See docs/trainers.md.
+ */
+export const AsyncConfigSchema = z.strictObject({
+  /** The most policy versions a trained sample may lag behind the trainer (required; older groups are dropped and counted). */
+  maxPolicyAge: z.number().int().min(0),
+  /** Groups the replay buffer holds (default `(maxPolicyAge + 1) × promptsPerStep`); a full buffer pauses collection. */
+  bufferGroups: z.number().int().min(1).optional(),
 });
 
 /** The run config of `GRPOTrainer`. */
@@ -106,18 +142,40 @@ export const GRPOTrainerConfigSchema = z
     checkpoint: CheckpointConfigSchema.prefault({}),
     log: LogConfigSchema.prefault({}),
     workers: WorkersConfigSchema.prefault({}),
+    /** Collect ahead of the trainer (default off: synchronous, the same as `{ maxPolicyAge: 0 }`). */
+    async: AsyncConfigSchema.optional(),
     /** Seeds the prompt streams, the sampling and the tiny model (default 0). */
     seed: z.number().int().nonnegative().default(0),
     /** The run directory (created when missing). */
     runDir: z.string().min(1),
   })
-  .superRefine(checkLength);
+  .superRefine(checkLength)
+  .superRefine((c, ctx) => {
+    const groups = c.async?.bufferGroups;
+    if (groups !== undefined && groups < c.promptsPerStep) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["async", "bufferGroups"],
+        message: `must hold at least one step's groups (promptsPerStep = ${c.promptsPerStep}), got ${groups}`,
+      });
+    }
+  });
 
 /** The run config of `GRPOTrainer` (input form: defaults may be left out). */
 export type GRPOTrainerConfigInput = z.input<typeof GRPOTrainerConfigSchema>;
 
 /** The run config of `GRPOTrainer` with every default filled in (what `config.yaml` holds). */
 export type GRPOTrainerConfig = z.output<typeof GRPOTrainerConfigSchema>;
+
+/** How far collection may run ahead (0 without `async`). */
+export function maxPolicyAgeOf(config: Pick<GRPOTrainerConfig, "async">): number {
+  return config.async?.maxPolicyAge ?? 0;
+}
+
+/** Groups the replay buffer holds. */
+export function bufferGroupsOf(config: Pick<GRPOTrainerConfig, "async" | "promptsPerStep">): number {
+  return config.async?.bufferGroups ?? (maxPolicyAgeOf(config) + 1) * config.promptsPerStep;
+}
 
 /** The loss object of a resolved config (the variant's class from `LOSS_REGISTRY`, with the run's `klToRefCoeff`). */
 export function lossOf(config: Pick<GRPOTrainerConfig, "loss" | "klToRefCoeff">): LossConfigLike {

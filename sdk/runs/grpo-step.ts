@@ -1,67 +1,84 @@
 /**
- * One GRPO step, as `GRPOTrainer` runs it: prompts from the task env, completions from the policy's worker, rewards
- * from the env, group advantages, the trainer's optimizer step and the weight sync; the step's metrics record and
- * logged samples.
+ * One GRPO step on the pipeline, as `GRPOTrainer` runs it: the oldest `promptsPerStep` groups from the collector's
+ * replay buffer (their advantages computed by `MCAdvantage` on the way in, stale ones dropped), one optimizer step,
+ * the weights to the generators through the collector; the step's metrics record and logged samples.
  */
-import { groupAdvantages, zeroStdFraction } from "../data/replay-buffer/group-stats.js";
-import { NEXT_KEY, REWARD_KEY } from "../envs/keys.js";
+import type { LLMCollector } from "../collectors/llm-collector.js";
+import { groupStats, zeroStdFraction } from "../data/replay-buffer/group-stats.js";
+import { NEXT_KEY, POLICY_VERSION_KEY, REWARD_KEY } from "../envs/keys.js";
 import { readColumn } from "../envs/rows.js";
-import type { TransformersWrapper } from "../modules/transformers.js";
 import type { SampleRecord } from "../reports/index.js";
-import { Tensor } from "../tensordict/index.js";
+import type { TensorDict } from "../tensordict/index.js";
 import type { Trainer } from "../trainers/trainer.js";
-import type { WeightSyncScheme } from "../trainers/weight-sync.js";
 import { promptTexts } from "./evaluation.js";
 import type { StepRecord } from "./records.js";
 import type { StepOutcome } from "./run-loop.js";
 import { completionLengths, rewardMeans, rewardStats } from "./step-metrics.js";
-import type { TaskEnv } from "./task-env.js";
+
+/** The keys of a collected batch the trainer reads. */
+export const TRAIN_KEYS = [["tokens", "full"], ["tokens", "prompt"], ["log_probs", "full"], "advantage"] as const;
 
 /** What a GRPO step runs on. */
 export interface GRPOStepContext {
-  /** The training env: `promptsPerStep × groupSize` rows per reset, each prompt `groupSize` times in a row. */
-  readonly env: TaskEnv;
-  /** Samples `groupSize` completions per prompt, with log-probs. */
-  readonly policy: TransformersWrapper;
+  /** Collects into its replay buffer (started); its `updatePolicyWeights` moves the weights to the generators. */
+  readonly collector: LLMCollector;
   readonly trainer: Trainer;
-  readonly sync: WeightSyncScheme;
   readonly groupSize: number;
   readonly promptsPerStep: number;
-  /** The run's seed: step `s` samples with a seed derived from it and `s`, so a run (and a resume) is reproducible. */
-  readonly seed: number;
+  /** The most policy versions a trained row may lag behind. */
+  readonly maxPolicyAge: number;
+
+  /** Wall-clock start of this step's window (the previous step's end), in `performance.now()` ms. */
+  readonly windowStart: number;
+  /** The collector's busy time at the window's start (ms). */
+  readonly busyAtStart: number;
 }
 
-/** The sampling seed of step `step` of a run seeded with `seed`. */
-export function stepSeed(seed: number, step: number): number {
-  return (seed * 1_000_003 + step) % Number.MAX_SAFE_INTEGER;
+/** A step's outcome and what the run keeps from it. */
+export interface GRPOStepOutcome extends StepOutcome {
+  /** The policy version after the step's weight sync. */
+  readonly policyVersion: number;
+  /** The trained batch (to find its data position). */
+  readonly batch: TensorDict;
+}
+
+/** Policy age (trainer version − sample version) statistics of a batch. */
+function ageStats(batch: TensorDict, trainerVersion: number): { min: number; mean: number; max: number } {
+  const versions = batch.getTensor(POLICY_VERSION_KEY).toNumbers().map(Number);
+  const ages = versions.map((v) => trainerVersion - v);
+  return { min: Math.min(...ages), mean: groupStats(ages).mean, max: Math.max(...ages) };
 }
 
 /**
- * Step `step`: one reset, each distinct prompt rendered and sampled `groupSize` times in one `generate` (which also
- * returns the log-probs), the env's rewards, advantages `(r − mean) / max(std, 1e-6)` per group, one optimizer step
- * on `("tokens","full")`, `("tokens","prompt")`, `("log_probs","full")` and `"advantage"`, then the weight sync.
+ * Step `step`: waits for `promptsPerStep × groupSize` fresh rows (dropping those more than `maxPolicyAge` versions
+ * behind), trains on `TRAIN_KEYS`, then `collector.updatePolicyWeights()` (the weight sync, and the version the
+ * collector gates on).
  */
-export async function grpoStep(ctx: GRPOStepContext, step: number, samplesPerStep: number): Promise<StepOutcome & { policyVersion: number }> {
+export async function grpoStep(ctx: GRPOStepContext, step: number, samplesPerStep: number): Promise<GRPOStepOutcome> {
   const G = ctx.groupSize;
   const P = ctx.promptsPerStep;
-  const start = performance.now();
-  const reset = await ctx.env.env.reset();
-  const prompts = reset.reshape([P * G]).index(Int32Array.from({ length: P }, (_, i) => i * G));
-  const generated = (await ctx.policy.forward(prompts, { seed: stepSeed(ctx.seed, step) })).reshape([P * G]);
-  const generatedAt = performance.now();
-  const next = (await ctx.env.env.step(generated)).getTensorDict(NEXT_KEY);
-  const rewards = readColumn(next, REWARD_KEY) ?? new Array<number>(P * G).fill(0);
-  const batch = generated.select(["tokens", "full"], ["tokens", "prompt"], ["log_probs", "full"]);
-  batch.set("advantage", new Tensor("float32", [P * G], groupAdvantages(rewards, G)));
-  const result = await ctx.trainer.step(batch);
-  const synced = await ctx.sync.updateWeights();
+  const { collector } = ctx;
+  const rb = collector.replayBuffer!;
+  const trainerVersion = collector.policyVersion ?? 0;
+  const { batch, dropped } = await collector.takeBatch(P * G, { maxPolicyAge: ctx.maxPolicyAge });
+  const queued = rb.length;
+  const trainStart = performance.now();
+  const result = await ctx.trainer.step(batch.select(...TRAIN_KEYS));
+  // with collection ahead the sync returns once the trainer's worker has copied the weights; the generators
+  // receive them after their generation in flight
+  await collector.updatePolicyWeights();
   const end = performance.now();
-  const seconds = (end - start) / 1000;
-  const lengths = completionLengths(generated);
+  const seconds = (end - ctx.windowStart) / 1000;
+  const busyMs = collector.stats.busyMs - ctx.busyAtStart;
+  const next = batch.getTensorDict(NEXT_KEY);
+  const rewards = readColumn(next, REWARD_KEY) ?? new Array<number>(P * G).fill(0);
+  const lengths = completionLengths(batch);
   const { mean, std } = rewardStats(rewards);
+  const age = ageStats(batch, trainerVersion);
+  const policyVersion = collector.policyVersion ?? 0;
   const record: Record<string, number | null> = {
     step,
-    policy_version: synced.policyVersion,
+    policy_version: policyVersion,
     reward_mean: mean,
     reward_std: std,
     frac_reward_zero_std: zeroStdFraction(rewards, G),
@@ -74,15 +91,22 @@ export async function grpoStep(ctx: GRPOStepContext, step: number, samplesPerSte
     completion_length_max: lengths.max,
     tokens_per_s: lengths.total / seconds,
     step_time_s: seconds,
-    generate_time_s: (generatedAt - start) / 1000,
-    train_time_s: (end - generatedAt) / 1000,
+    generate_time_s: busyMs / 1000,
+    train_time_s: (end - trainStart) / 1000,
+    policy_age_min: age.min,
+    policy_age_mean: age.mean,
+    policy_age_max: age.max,
+    stale_samples_dropped: dropped,
+    generator_busy_frac: Math.min(1, busyMs / (end - ctx.windowStart)),
+    trainer_busy_frac: Math.min(1, (end - trainStart) / (end - ctx.windowStart)),
+    queue_depth: queued / G,
   });
-  const texts = promptTexts(generated);
-  const responses = generated.getStrings(["text", "response"]);
+  const texts = promptTexts(batch);
+  const responses = batch.getStrings(["text", "response"]);
   const samples: SampleRecord[] = [];
   for (let g = 0; g < Math.min(samplesPerStep, P); g++) {
     const row = g * G;
     samples.push({ step, prompt: texts[row] ?? "", completion: responses[row] ?? "", reward: rewards[row] ?? 0 });
   }
-  return { record: record as StepRecord, samples, policyVersion: synced.policyVersion };
+  return { record: record as StepRecord, samples, policyVersion, batch };
 }

@@ -1,22 +1,37 @@
 /**
- * `GRPOTrainer`: a whole GRPO run from one config — the task env and its rewards, the policy in a worker (generating
- * and training colocated, or in two workers), group advantages, the loss, the optimizer, weight sync, held-out
- * evaluation, checkpoints, resume, and the run directory with its report. See docs/trainers.md.
+ * `GRPOTrainer`: a whole GRPO run from one config — the task env and its rewards, the policy on generator workers
+ * (or colocated with the trainer), the collector and its replay buffer with the group advantages, the loss, the
+ * optimizer, weight sync, asynchronous collection with a bounded policy age, held-out evaluation, checkpoints,
+ * resume, and the run directory with its report. See docs/trainers.md.
  */
 import { z } from "zod";
+import type { RequestOptions } from "../../bridge/index.js";
+import { CollectorStateError } from "../collectors/errors.js";
+import { LLMCollector } from "../collectors/llm-collector.js";
 import { InvalidArgumentError } from "../core/errors.js";
 import { parseOptions } from "../core/index.js";
 import type { JSONValue } from "../data/index.js";
-import { EnvBase } from "../envs/env-base.js";
+import { lazyCat } from "../data/replay-buffer/collate.js";
+import { MCAdvantage } from "../data/replay-buffer/mc-advantage.js";
+import { ReplayBuffer } from "../data/replay-buffer/replay-buffer.js";
+import { LazyStackStorage } from "../data/replay-buffer/storage.js";
+import { EnvBase, type Policy } from "../envs/env-base.js";
 import { RewardSpecSchema, type RewardSpec } from "../envs/rewards.js";
 import { TransformersWrapper } from "../modules/transformers.js";
+import { Tensor, type TensorDict } from "../tensordict/index.js";
 import { ReferenceModel } from "../trainers/reference.js";
 import { Trainer } from "../trainers/trainer.js";
-import { SharedWeightSyncScheme, ZMQWeightSyncScheme, type WeightSyncScheme } from "../trainers/weight-sync.js";
-import type { WorkerClient } from "../workers/client.js";
+import { SharedWeightSyncScheme, ZMQWeightSyncScheme, type WeightEndpoint, type WeightSyncScheme } from "../trainers/weight-sync.js";
 import type { WorkerPool } from "../workers/pool.js";
 import { evaluateOnEnv } from "./evaluation.js";
-import { GRPOTrainerConfigSchema, lossOf, type GRPOTrainerConfig, type GRPOTrainerConfigInput } from "./grpo-config.js";
+import {
+  bufferGroupsOf,
+  GRPOTrainerConfigSchema,
+  lossOf,
+  maxPolicyAgeOf,
+  type GRPOTrainerConfig,
+  type GRPOTrainerConfigInput,
+} from "./grpo-config.js";
 import { grpoStep } from "./grpo-step.js";
 import type { EvalRecord } from "./records.js";
 import { RunBase } from "./run-base.js";
@@ -48,6 +63,9 @@ const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "log", "runDir"] a
 /** The generator model's name next to the policy (colocated layout). */
 const GENERATOR_MODEL = "generator";
 
+/** Where the collector stamps the number of the batch a row was collected in (to find its data position). */
+const BATCH_KEY = ["collector", "batch"] as const;
+
 function customEnv(env: EnvBase): TaskEnv {
   return { env, position: () => null, epochSize: () => Promise.resolve(null), restart: () => undefined };
 }
@@ -58,13 +76,15 @@ interface Parts {
   readonly pool: WorkerPool;
   readonly ownsPool: boolean;
   readonly trainer: Trainer;
-  readonly generator: WorkerClient;
-  readonly generatorModel: string;
+  /** The generator workers (the trainer's worker when colocated) and the model each generates with. */
+  readonly generators: readonly WeightEndpoint[];
   readonly sync: WeightSyncScheme;
   readonly env: TaskEnv;
   readonly evalEnv: TaskEnv;
   readonly totalSteps: number;
   readonly startStep: number;
+  /** The policy version the generators hold at the start (after a resume's sync). */
+  readonly startVersion: number;
   readonly log: (line: string) => void;
   readonly signal: AbortSignal | undefined;
 }
@@ -83,17 +103,30 @@ interface Parts {
  * for await (const record of trainer.run()) console.log(record.step, record.reward_mean);
  * ```
  *
- * Each step takes `promptsPerStep` prompts from the task, renders them once, samples `groupSize` completions of each
- * (with their log-probs), scores them with the task's rewards, computes group advantages, and takes one optimizer
- * step in the policy's worker; the weight sync then moves the policy version. `evaluate()` measures the held-out
- * reward (greedy by default). The run's face (`run`, `train`, `summary`, `stop`, `evaluate`, `close`) is
- * `TrainingRun` (written once in `RunBase`).
+ * The run is the pipeline of the public pieces (docs/trainers.md, "One pipeline"): the task env delivers
+ * `promptsPerStep` prompts `groupSize` times each; an `LLMCollector` samples them with a `TransformersWrapper` on the
+ * generator worker(s) (recording each row's policy version) and writes them into a `ReplayBuffer` whose `MCAdvantage`
+ * transform computes the group advantages; each step takes the oldest `promptsPerStep` groups, the worker-bound
+ * `Trainer` takes one optimizer step, and the weight sync moves the policy version. With `async: { maxPolicyAge: k }`
+ * the collector runs up to k versions ahead in the background while the trainer trains (k = 0 is the synchronous
+ * algorithm; without `async` the collector is iterated one batch per step, with the same results). `evaluate()` measures the held-out reward (greedy by default). The run's face
+ * (`run`, `train`, `summary`, `stop`, `evaluate`, `close`) is `TrainingRun` (written once in `RunBase`).
  */
 export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
   readonly #parts: Parts;
-  readonly #policy: TransformersWrapper;
+  readonly #collector: LLMCollector;
   readonly #evalPolicy: TransformersWrapper;
-  #policyVersion = 0;
+  /** The data position after each collected batch not yet trained, by batch number. */
+  readonly #positions = new Map<number, JSONValue>();
+  #trainedPosition: JSONValue;
+  #policyVersion: number;
+  /** The last sync's delivery to the generators, still running while the next step trains (background sync). */
+  #delivery: Promise<void> = Promise.resolve();
+  #collecting = false;
+  /** Without `async`: the collector iterated one batch per step, nothing collected in the background. */
+  #iteration: AsyncIterator<TensorDict> | undefined;
+  #windowStart = 0;
+  #busyAtStart = 0;
 
   private constructor(parts: Parts) {
     super({
@@ -102,21 +135,24 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
       evalLine: (e) => ({ eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd }),
     });
     this.#parts = parts;
-    const { config, generatorModel } = parts;
+    const { config, generators, env } = parts;
     const s = config.sampling;
-    this.#policy = new TransformersWrapper(parts.generator, {
-      model: generatorModel,
-      numSamples: config.groupSize,
-      generateKwargs: {
-        max_new_tokens: config.maxNewTokens,
-        temperature: s.temperature,
-        top_p: s.topP,
-        top_k: s.topK,
-        repetition_penalty: s.repetitionPenalty,
-      },
-    });
-    this.#evalPolicy = new TransformersWrapper(parts.generator, {
-      model: generatorModel,
+    const G = config.groupSize;
+    const policies = generators.map(
+      ({ worker, model }) =>
+        new TransformersWrapper(worker, {
+          model,
+          generateKwargs: {
+            max_new_tokens: config.maxNewTokens,
+            temperature: s.temperature,
+            top_p: s.topP,
+            top_k: s.topK,
+            repetition_penalty: s.repetitionPenalty,
+          },
+        }),
+    );
+    this.#evalPolicy = new TransformersWrapper(generators[0]!.worker, {
+      model: generators[0]!.model,
       returnLogProbs: false,
       generateKwargs: {
         max_new_tokens: config.maxNewTokens,
@@ -124,6 +160,56 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
         repetition_penalty: s.repetitionPenalty,
       },
     });
+    const groups = bufferGroupsOf(config);
+    const replayBuffer = new ReplayBuffer({
+      storage: new LazyStackStorage({ maxSize: groups * G }),
+      transforms: [new MCAdvantage({ groupSize: G, promptKey: ["history", "prompt"] })],
+    });
+    let batchNumber = parts.startStep;
+    this.#trainedPosition = env.position();
+    this.#collector = new LLMCollector({
+      env: env.env,
+      policy: seededPolicy(policies, G, config.seed, parts.startStep),
+      dialogTurnsPerBatch: config.promptsPerStep * G,
+      // the steps left: the collector's gate keeps every batch within maxPolicyAge, so none is dropped or extra
+      totalDialogTurns: Math.max(1, parts.totalSteps - parts.startStep) * config.promptsPerStep * G,
+      replayBuffer,
+      resetAtEachIter: true,
+      trackPolicyVersion: true,
+      weightUpdater: () => this.#publishWeights(),
+      postproc: (batch) => {
+        const n = batchNumber++;
+        this.#positions.set(n, env.position());
+        return batch.set([...BATCH_KEY], Tensor.full("int64", batch.batchSize, BigInt(n)));
+      },
+      // no signal: an abort stops the run between steps (RunLoop), and the step in flight finishes its batch
+    });
+    this.#policyVersion = parts.startVersion;
+    this.#collector.setPolicyVersion(parts.startVersion);
+  }
+
+  /**
+   * The weight sync of a step (the collector's `weightUpdater`). With a background sync it returns once the trainer's
+   * worker has copied the weights: the next step trains while the generators receive them (after their generation
+   * in flight). One delivery at a time; a failed one fails the next sync.
+   */
+  async #publishWeights(): Promise<void> {
+    await this.#delivery;
+    const sync = this.#parts.sync;
+    if (!(sync instanceof ZMQWeightSyncScheme)) {
+      this.#policyVersion = (await sync.updateWeights()).policyVersion;
+      return;
+    }
+    const started = await sync.startUpdate();
+    this.#policyVersion = started.policyVersion;
+    const delivery = started.delivered.then(() => undefined);
+    delivery.catch(() => undefined); // awaited (and so rethrown) by the next sync, an evaluation or close
+    this.#delivery = delivery;
+  }
+
+  /** The collector feeding the trainer (its replay buffer, counters and policy version). */
+  get collector(): LLMCollector {
+    return this.#collector;
   }
 
   /**
@@ -168,27 +254,29 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS);
     await runDir.writeConfig(c);
 
-    const layout = c.workers.layout;
-    const { pool, owned } = await openPool(c.model, layout === "separate" ? 2 : 1, o.pool, o.signal);
+    const generatorCount = c.workers.generator.count;
+    const { pool, owned } = await openPool(c.model, 1 + generatorCount, o.pool, o.signal);
     try {
       const worker = pool.worker(0);
       const path = await modelPath(c.model, runDir, c.seed, log);
       await loadPolicy(worker, path, c.model);
       const reference = c.klToRefCoeff > 0 ? await ReferenceModel.copyOf(worker, POLICY_MODEL, "ref") : null;
       const trainer = await createPolicyTrainer(worker, c, lossOf(c), totalSteps, reference);
-      let generator = worker;
-      let generatorModel = GENERATOR_MODEL;
+      let generators: WeightEndpoint[];
       let sync: WeightSyncScheme;
-      if (layout === "separate") {
-        generator = pool.worker(1);
-        generatorModel = POLICY_MODEL;
-        await loadPolicy(generator, path, c.model);
-        sync = new ZMQWeightSyncScheme(trainer, [{ worker: generator, model: POLICY_MODEL }]);
+      if (generatorCount > 0) {
+        generators = Array.from({ length: generatorCount }, (_, i) => ({ worker: pool.worker(1 + i), model: POLICY_MODEL }));
+        for (const g of generators) await loadPolicy(g.worker, path, c.model);
+        // collecting ahead: the trainer hands over a copy of its weights and trains on while the generators receive it
+        sync = new ZMQWeightSyncScheme(trainer, generators, { background: maxPolicyAgeOf(c) > 0 });
       } else {
-        sync = await SharedWeightSyncScheme.create(trainer, { target: GENERATOR_MODEL });
+        generators = [{ worker, model: GENERATOR_MODEL }];
+        // collecting ahead in the trainer's own worker needs a copy: shared weights would change under a queued generation
+        sync = await SharedWeightSyncScheme.create(trainer, { target: GENERATOR_MODEL, share: maxPolicyAgeOf(c) === 0 });
       }
 
       let startStep = 0;
+      let startVersion = 0;
       let position: JSONValue | undefined;
       const latest = resumable ? await runDir.latestCheckpoint() : undefined;
       if (latest !== undefined) {
@@ -196,7 +284,8 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
         startStep = restored.step;
         const saved = restored.dataPosition as { task?: JSONValue } | null;
         position = saved?.task ?? undefined;
-        if (layout === "separate") await sync.updateWeights();
+        // the restored weights go to the generators as a new version (also labels a colocated generator's rows)
+        startVersion = (await sync.updateWeights()).policyVersion;
         log(`resumed ${runDir.path} at step ${String(startStep)} from ${latest.path}`);
       }
       if (resumable) await runDir.truncateAfter(latest === undefined ? -1 : startStep);
@@ -211,13 +300,13 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
         pool,
         ownsPool: owned,
         trainer,
-        generator,
-        generatorModel,
+        generators,
         sync,
         env,
         evalEnv,
         totalSteps,
         startStep,
+        startVersion,
         log,
         signal: o.signal,
       });
@@ -227,10 +316,12 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     }
   }
 
-  /** Closes the envs and the weight sync, and stops the workers it started (or unloads its models from `pool`). */
+  /** Stops the collector and closes the envs and the weight sync; stops the workers it started (or unloads its models from `pool`). */
   protected override async closeParts(): Promise<void> {
     const p = this.#parts;
-    await p.env.env.close();
+    await this.#delivery.catch(() => undefined);
+    await this.#iteration?.return?.();
+    await this.#collector.close();
     await p.evalEnv.env.close();
     await p.sync.close();
     if (p.ownsPool) {
@@ -238,28 +329,82 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
       return;
     }
     await p.trainer.close().catch(() => undefined);
-    for (const w of new Set([p.trainer.worker, p.generator])) {
+    for (const w of new Set([p.trainer.worker, ...p.generators.map((g) => g.worker)])) {
       for (const name of [POLICY_MODEL, GENERATOR_MODEL, "ref"]) await w.unloadModel(name).catch(() => undefined);
     }
   }
 
-  /** One GRPO step (`grpoStep`); remembers the policy version for the checkpoint. */
+  /** One GRPO step (`grpoStep`); starts the collector on the first one, and remembers the version and data position. */
   protected override async trainStep(step: number): Promise<StepOutcome> {
-    const p = this.#parts;
-    const { config } = p;
-    const ctx = { env: p.env, policy: this.#policy, trainer: this.trainer, sync: p.sync, groupSize: config.groupSize, promptsPerStep: config.promptsPerStep, seed: config.seed };
+    const { config } = this.#parts;
+    if (!this.#collecting) {
+      this.#collecting = true;
+      if (config.async === undefined) this.#iteration = this.#collector[Symbol.asyncIterator]();
+      else this.#collector.start({ maxPolicyAge: config.async.maxPolicyAge });
+      this.#windowStart = performance.now();
+      this.#busyAtStart = this.#collector.stats.busyMs;
+    }
+    // synchronous: collect this step's batch now (into the replay buffer), with the weights of the last step
+    if (this.#iteration !== undefined && (await this.#iteration.next()).done === true) {
+      throw new CollectorStateError(`GRPOTrainer: the collector ended before step ${String(step)}`);
+    }
+    const ctx = {
+      collector: this.#collector,
+      trainer: this.trainer,
+      groupSize: config.groupSize,
+      promptsPerStep: config.promptsPerStep,
+      maxPolicyAge: maxPolicyAgeOf(config),
+      windowStart: this.#windowStart,
+      busyAtStart: this.#busyAtStart,
+    };
     const outcome = await grpoStep(ctx, step, config.log.samplesPerStep);
-    this.#policyVersion = outcome.policyVersion;
+    this.#windowStart = performance.now();
+    this.#busyAtStart = this.#collector.stats.busyMs;
+    const trained = Number(outcome.batch.getTensor([...BATCH_KEY]).toNumbers()[0]);
+    this.#trainedPosition = this.#positions.get(trained) ?? this.#trainedPosition;
+    for (const n of this.#positions.keys()) if (n <= trained) this.#positions.delete(n);
     return outcome;
   }
 
-  /** The held-out reward of the generator after `step` steps. */
-  protected override evaluateAt(step: number): Promise<EvalRecord> {
-    return evaluateOnEnv(this.#parts.evalEnv, this.#evalPolicy, step);
+  /** The held-out reward of the generator after `step` steps (not counted in the next step's timing window). */
+  protected override async evaluateAt(step: number): Promise<EvalRecord> {
+    await this.#delivery; // the generator evaluates this step's weights
+    const evaluation = await evaluateOnEnv(this.#parts.evalEnv, this.#evalPolicy, step);
+    this.#windowStart = performance.now();
+    this.#busyAtStart = this.#collector.stats.busyMs;
+    return evaluation;
   }
 
-  /** The trainer's checkpoint, with the task's data position, the step and the policy version. */
+  /** The trainer's checkpoint, with the data position after the last trained batch, the step and the policy version. */
   protected override async saveCheckpoint(dir: string, step: number): Promise<void> {
-    await this.trainer.saveCheckpoint(dir, { dataPosition: { task: this.#parts.env.position(), step, policyVersion: this.#policyVersion } });
+    await this.trainer.saveCheckpoint(dir, { dataPosition: { task: this.#trainedPosition, step, policyVersion: this.#policyVersion } });
   }
+}
+
+/**
+ * The collector's policy: every call samples with a seed derived from the run's seed and the call's number (so a run
+ * and its resume are reproducible), its rows shared out over the generators in whole groups.
+ */
+function seededPolicy(policies: readonly TransformersWrapper[], groupSize: number, seed: number, firstCall: number): Policy {
+  let call = firstCall;
+  return async (td: TensorDict, options: RequestOptions): Promise<TensorDict> => {
+    const base = stepSeed(seed, call++);
+    if (policies.length === 1) return policies[0]!.forward(td, { ...options, seed: base });
+    const rows = td.numel();
+    const groups = Math.ceil(rows / groupSize);
+    const per = Math.ceil(groups / policies.length) * groupSize;
+    const flat = td.reshape([rows]);
+    const parts = await Promise.all(
+      policies
+        .map((policy, i) => ({ policy, start: i * per, stop: Math.min(rows, (i + 1) * per) }))
+        .filter(({ start, stop }) => start < stop)
+        .map(({ policy, start, stop }, i) => policy.forward(flat.index({ start, stop }), { ...options, seed: stepSeed(base, i) })),
+    );
+    return lazyCat(parts).reshape(td.batchSize);
+  };
+}
+
+/** The sampling seed of call `call` of a run seeded with `seed`. */
+export function stepSeed(seed: number, call: number): number {
+  return (seed * 1_000_003 + call) % Number.MAX_SAFE_INTEGER;
 }

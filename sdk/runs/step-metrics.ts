@@ -1,6 +1,6 @@
 /**
  * The statistics of a step record: the reward's mean and std, per-reward means, completion lengths. (The group
- * advantages are the replay buffer's `groupAdvantages`, MCAdvantage's formula.)
+ * advantages come from the replay buffer's `MCAdvantage` transform.)
  */
 import { groupStats, type GroupStats } from "../data/replay-buffer/group-stats.js";
 import { REWARD_COMPONENTS_KEY } from "../envs/keys.js";

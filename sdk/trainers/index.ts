@@ -26,6 +26,7 @@ export {
   ZMQWeightSyncScheme,
   type DistributedWeightSyncOptions,
   type SharedWeightSyncOptions,
+  type StartedWeightSync,
   type WeightEndpoint,
   type WeightSyncResult,
   type WeightSyncScheme,

@@ -33,6 +33,14 @@ export interface WeightSyncResult {
   readonly ms: number;
 }
 
+/** A sync under way ({@link ZMQWeightSyncScheme.startUpdate}): the version is fixed, the delivery may still run. */
+export interface StartedWeightSync {
+  /** The policy version being delivered: the trainer's model holds it already. */
+  readonly policyVersion: number;
+  /** Settles once every generator holds the weights (rejects when a delivery fails). */
+  readonly delivered: Promise<WeightSyncResult>;
+}
+
 /** A way of moving the trainer's weights to generators. */
 export interface WeightSyncScheme {
   /** Moves the current weights; resolves once every generator holds them. */
@@ -135,6 +143,13 @@ export const ZMQWeightSyncOptionsSchema = z.strictObject({
   host: z.string().min(1).default("127.0.0.1"),
   /** How long either side waits for the other, in ms. Default 120 000. */
   timeoutMs: z.number().int().min(1).default(120_000),
+  /**
+   * The trainer's worker copies the weights and sends the copy from a thread of its own (default false):
+   * {@link ZMQWeightSyncScheme.startUpdate} resolves once the copy is taken, so the trainer's next request (a train
+   * step) need not wait for the generators, whose receive may queue behind a generation in flight. Costs one copy
+   * of the weights in the trainer's worker while a send runs.
+   */
+  background: z.boolean().default(false),
 });
 
 /** Options of {@link ZMQWeightSyncScheme} (input form). */
@@ -160,15 +175,55 @@ export class ZMQWeightSyncScheme implements WeightSyncScheme {
     this.options = parseOptions(ZMQWeightSyncOptionsSchema, options, "ZMQWeightSyncScheme options");
   }
 
-  /** One transfer to every generator. */
-  async updateWeights(requestOptions: RequestOptions = {}): Promise<WeightSyncResult> {
+  /**
+   * Starts a transfer of the current weights and resolves once they are fixed: with `background`, as soon as the
+   * trainer's worker has copied them (the generators receive later, each after the requests queued before it);
+   * otherwise once every generator holds them. The trainer may step again right away: the copy is what is sent.
+   */
+  async startUpdate(requestOptions: RequestOptions = {}): Promise<StartedWeightSync> {
+    if (!this.options.background) {
+      const done = await this.updateWeights(requestOptions);
+      return { policyVersion: done.policyVersion, delivered: Promise.resolve(done) };
+    }
     const start = performance.now();
-    const { bucketBytes, transport, host, timeoutMs } = this.options;
-    // Listeners first: a receive holds its worker's compute thread until the sender is done with it.
+    const { bucketBytes, timeoutMs } = this.options;
+    const listens = await this.listen(requestOptions);
+    const controller = new AbortController();
+    const signal = requestOptions.signal === undefined ? controller.signal : AbortSignal.any([requestOptions.signal, controller.signal]);
+    const receives = Promise.all(
+      listens.map((listen, i) => this.targets[i]!.worker.invoke("weights_receive", { token: listen.token, timeoutMs }, [], withSignal(requestOptions, signal))),
+    );
+    const args = { model: this.source.model, endpoints: listens.map((l) => l.endpoint), bucketBytes, timeoutMs, background: true };
+    let sent: MethodResult<"weights_send">;
+    try {
+      sent = (await this.source.worker.invoke("weights_send", args, [], requestOptions)).result;
+    } catch (err) {
+      controller.abort(err);
+      await receives.catch(() => undefined);
+      throw err;
+    }
+    const delivered = receives.then(() => ({ policyVersion: sent.policyVersion, bytes: sent.bytes, ms: performance.now() - start }));
+    delivered.catch(() => undefined); // the caller awaits it; an unobserved failure must not crash the process
+    return { policyVersion: sent.policyVersion, delivered };
+  }
+
+  /** Every generator's receiving end (answered by its worker at once, even while it generates). */
+  private async listen(requestOptions: RequestOptions): Promise<MethodResult<"weights_listen">[]> {
+    const { transport, host } = this.options;
     const listens: MethodResult<"weights_listen">[] = [];
     for (const target of this.targets) {
       listens.push((await target.worker.invoke("weights_listen", { model: target.model, transport, host }, [], requestOptions)).result);
     }
+    return listens;
+  }
+
+  /** One transfer to every generator; resolves once every generator holds the weights. */
+  async updateWeights(requestOptions: RequestOptions = {}): Promise<WeightSyncResult> {
+    if (this.options.background) return (await this.startUpdate(requestOptions)).delivered;
+    const start = performance.now();
+    const { bucketBytes, timeoutMs } = this.options;
+    // Listeners first: a receive holds its worker's compute thread until the sender is done with it.
+    const listens = await this.listen(requestOptions);
     const receives = listens.map((listen, i) => async (signal: AbortSignal) => {
       await this.targets[i]!.worker.invoke("weights_receive", { token: listen.token, timeoutMs }, [], withSignal(requestOptions, signal));
       return null;

@@ -90,7 +90,10 @@ export const WORKER_METHODS = {
   sync_weights: method(z.strictObject({ source: Name, target: Name }), WeightSyncReplySchema),
   weights_listen: method(z.strictObject({ model: Name, transport: z.enum(["ipc", "tcp"]), host: Name }), WeightsListenReplySchema),
   weights_receive: method(z.strictObject({ token: Name, timeoutMs: TimeoutMs }), WeightSyncReplySchema),
-  weights_send: method(z.strictObject({ model: Name, endpoints: z.array(Name).min(1), bucketBytes: BucketBytes, timeoutMs: TimeoutMs }), WeightSyncReplySchema),
+  weights_send: method(
+    z.strictObject({ model: Name, endpoints: z.array(Name).min(1), bucketBytes: BucketBytes, timeoutMs: TimeoutMs, background: z.boolean().optional() }),
+    WeightSyncReplySchema,
+  ),
   dist_init: method(
     z.strictObject({ backend: z.enum(["gloo", "nccl"]), initMethod: Name, rank: z.number().int().min(0), worldSize: z.number().int().min(1), timeoutMs: TimeoutMs }),
     z.object({ rank: z.number().int(), worldSize: z.number().int(), backend: z.string() }),

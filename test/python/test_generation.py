@@ -83,7 +83,7 @@ def greedy_reference(model: Any, ids: list[int], steps: int) -> list[int]:
 def check_conventions(out: TensorBatch, tokenizer: Any) -> None:
     """Every invariant of a generate output that holds whatever was sampled."""
     c = out.columns
-    assert set(c) == {"tokens", "text", "log_probs", "masks", "finish_reason"}
+    assert set(c) == {"tokens", "text", "log_probs", "masks", "finish_reason", "policy_version"}
     assert set(c["tokens"]) == {"prompt", "response", "full"}
     assert set(c["text"]) == {"prompt", "response", "full"}
     assert set(c["log_probs"]) == {"response", "full"}
@@ -94,6 +94,8 @@ def check_conventions(out: TensorBatch, tokenizer: Any) -> None:
     attention = rows_of(c["masks"]["all_attention_mask"])
     assistant = rows_of(c["masks"]["all_assistant_mask"])
     assert len(prompt) == len(response) == len(full) == len(c["finish_reason"]) == rows
+    version = c["policy_version"]
+    assert isinstance(version, torch.Tensor) and version.dtype == torch.int64 and version.numel() == rows
     for i in range(rows):
         assert prompt[i].dtype == response[i].dtype == full[i].dtype == torch.int64
         assert lp_response[i].dtype == lp_full[i].dtype == torch.float32
@@ -138,6 +140,32 @@ def test_num_samples_adds_a_batch_dimension(client: Client, reference: tuple[Any
     assert out.columns["text"]["prompt"] == [PROMPTS[0]] * 3 + [PROMPTS[1]] * 3
     responses = tokens(out)
     assert len({tuple(r) for r in responses[:3]}) == 3  # the samples of one prompt differ
+
+
+def test_repeated_prompt_rows_share_their_prefill_and_keep_their_own_samples(
+    client: Client, reference: tuple[Any, Any]
+) -> None:
+    # a GRPO batch: each prompt 3 times in a row, one sample per row. The rows of a prompt share its prefill
+    # (as numSamples does); each row keeps its own generator, so the tokens equal generating the rows one at a
+    # time (microBatchSize 1 runs every row's own prefill) and differ within a group
+    ids = prompt_ids(reference)[:2]
+    batch = token_batch([ids[0]] * 3 + [ids[1]] * 3)
+    sampling = {"maxNewTokens": 10, "temperature": 1.0, "seed": 4}
+    shared = run(client, batch, **sampling)
+    one_by_one = run(client, batch, microBatchSize=1, **sampling)
+    assert shared.batch_size == (6,)
+    assert tokens(shared, "prompt") == [ids[0]] * 3 + [ids[1]] * 3
+    assert tokens(shared) == tokens(one_by_one)
+    assert len({tuple(r) for r in tokens(shared)[:3]}) > 1
+    for x, y in zip(
+        rows_of(shared.columns["log_probs"]["response"]),
+        rows_of(one_by_one.columns["log_probs"]["response"]),
+        strict=True,
+    ):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=0)
+    # rows that are not runs of equal prompts generate as before
+    mixed = run(client, token_batch([ids[0], ids[1], ids[0]]), **sampling)
+    assert tokens(mixed, "prompt") == [ids[0], ids[1], ids[0]]
 
 
 def test_a_seed_is_reported_when_none_is_given(client: Client, reference: tuple[Any, Any]) -> None:

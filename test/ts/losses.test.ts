@@ -9,7 +9,9 @@ import {
   DAPOLoss,
   GRPOLoss,
   GSPOLoss,
+  createLoss,
   InvalidArgumentError,
+  OFF_POLICY_CORRECTIONS,
   SAPOLoss,
   SFTLoss,
   type LossConfigLike,
@@ -217,5 +219,94 @@ describe("bad options name the field", () => {
     expect(new CISPOLoss({ clipEpsilon: [1, 0] }).toWire().clipEpsilon).toEqual([1, 0]);
     expect(new SFTLoss({ lossFunction: "minor_sft", klToRefCoeff: 0 }).toWire().klToRefCoeff).toBe(0);
     expect(new GRPOLoss({ klToRefCoeff: 0 }).toWire().klToRefCoeff).toBe(0);
+  });
+});
+
+describe("off-policy correction (GRPOLoss, DAPOLoss)", () => {
+  it("is off by default, and then nothing of it travels", () => {
+    expect(new GRPOLoss().config.offPolicyCorrection).toBe("none");
+    expect(OFF_POLICY_CORRECTIONS).toEqual(["none", "tis", "decoupled"]);
+    for (const wire of [new GRPOLoss().toWire(), new DAPOLoss().toWire(), new GRPOLoss({ offPolicyCorrection: "none" }).toWire()]) {
+      expect("offPolicyCorrection" in wire).toBe(false);
+      expect("isCap" in wire).toBe(false);
+    }
+  });
+
+  it("sends the mode and the cap in effect", () => {
+    expect(new GRPOLoss({ offPolicyCorrection: "tis" }).toWire()).toMatchObject({ offPolicyCorrection: "tis", isCap: 2 });
+    expect(new GRPOLoss({ offPolicyCorrection: "tis", isCap: 1 }).toWire()).toMatchObject({ offPolicyCorrection: "tis", isCap: 1 });
+    expect(new GRPOLoss({ offPolicyCorrection: "decoupled" }).toWire()).toMatchObject({ offPolicyCorrection: "decoupled", isCap: null });
+    expect(new GRPOLoss({ offPolicyCorrection: "decoupled", isCap: null }).toWire().isCap).toBeNull();
+    expect(new GRPOLoss({ offPolicyCorrection: "decoupled", isCap: 5 }).toWire().isCap).toBe(5);
+    const dapo = new DAPOLoss({ offPolicyCorrection: "decoupled", isCap: 3 }).toWire();
+    expect(dapo).toMatchObject({ type: "grpo", clipEpsilon: [0.2, 0.28], dualClip: 3, offPolicyCorrection: "decoupled", isCap: 3 });
+    expect(JSON.parse(JSON.stringify(dapo))).toEqual(dapo);
+    expect(createLoss("dapo", { offPolicyCorrection: "tis" }).toWire()).toMatchObject({ offPolicyCorrection: "tis", isCap: 2 });
+  });
+
+  it("is read back by the worker's parser to the same values", () => {
+    const wires = [
+      new GRPOLoss({ offPolicyCorrection: "tis" }).toWire(),
+      new GRPOLoss({ offPolicyCorrection: "tis", isCap: 1.5, aggregation: "prompt_mean" }).toWire(),
+      new DAPOLoss({ offPolicyCorrection: "decoupled" }).toWire(),
+      new DAPOLoss({ offPolicyCorrection: "decoupled", isCap: 4 }).toWire(),
+      new GRPOLoss().toWire(),
+    ];
+    const parsed = parseInWorker(wires);
+    parsed.forEach((result, i) => {
+      if (!result.ok) throw new Error(`${JSON.stringify(wires[i])}: ${result.message}`);
+      expect(result.config).toMatchObject({ off_policy_correction: wires[i]!.offPolicyCorrection ?? "none", is_cap: wires[i]!.isCap ?? null });
+    });
+  });
+
+  const cases: [string, () => unknown, string, string][] = [
+    ["unknown mode", () => new GRPOLoss({ offPolicyCorrection: "is" as "tis" }), "offPolicyCorrection", "GRPOLoss options"],
+    ["zero cap", () => new GRPOLoss({ offPolicyCorrection: "tis", isCap: 0 }), "isCap", "GRPOLoss options"],
+    ["negative cap", () => new DAPOLoss({ offPolicyCorrection: "decoupled", isCap: -1 }), "isCap", "DAPOLoss options"],
+    ["infinite cap", () => new GRPOLoss({ offPolicyCorrection: "tis", isCap: Infinity }), "isCap", "GRPOLoss options"],
+    ["NaN cap", () => new GRPOLoss({ offPolicyCorrection: "tis", isCap: NaN }), "isCap", "GRPOLoss options"],
+    ["cap not a number", () => new GRPOLoss({ offPolicyCorrection: "tis", isCap: "2" as unknown as number }), "isCap", "GRPOLoss options"],
+    ["cap without a correction", () => new GRPOLoss({ isCap: 2 }), "isCap", "GRPOLoss options"],
+    ["null cap without a correction", () => new GRPOLoss({ offPolicyCorrection: "none", isCap: null }), "isCap", "GRPOLoss options"],
+    ["tis without a cap", () => new GRPOLoss({ offPolicyCorrection: "tis", isCap: null }), "isCap", "GRPOLoss options"],
+    ["CISPO", () => new CISPOLoss({ offPolicyCorrection: "tis" as "none" }), "offPolicyCorrection", "CISPOLoss options"],
+    ["GSPO", () => new GSPOLoss({ offPolicyCorrection: "decoupled" as "none" }), "offPolicyCorrection", "GSPOLoss options"],
+    ["SAPO", () => new SAPOLoss({ offPolicyCorrection: "tis" as "none" }), "offPolicyCorrection", "SAPOLoss options"],
+    ["SAPO cap", () => new SAPOLoss({ isCap: 2 as unknown as undefined }), "isCap", "SAPOLoss options"],
+    ["createLoss cispo", () => createLoss("cispo", { offPolicyCorrection: "tis" }), "offPolicyCorrection", "CISPOLoss options"],
+  ];
+  for (const [name, make, field, where] of cases) {
+    it(`rejects: ${name}`, () => {
+      rejects(make, field, where);
+    });
+  }
+
+  it("says why the other variants refuse it", () => {
+    expect(() => new CISPOLoss({ offPolicyCorrection: "tis" as "none" })).toThrow(/only supported by GRPOLoss and DAPOLoss/);
+    expect(() => new GRPOLoss({ isCap: 2 })).toThrow(/only used with offPolicyCorrection "tis" or "decoupled"/);
+    // "none" is accepted everywhere (it is the default), and sends nothing
+    expect("offPolicyCorrection" in new CISPOLoss({ offPolicyCorrection: "none" }).toWire()).toBe(false);
+  });
+
+  it("the worker rejects, naming the field, what the TS schemas reject", () => {
+    const bad = [
+      [{ type: "grpo", offPolicyCorrection: "is" }, "loss.offPolicyCorrection"],
+      [{ type: "grpo", offPolicyCorrection: "tis", isCap: 0 }, "loss.isCap"],
+      [{ type: "grpo", offPolicyCorrection: "tis", isCap: null }, "loss.isCap"],
+      [{ type: "grpo", offPolicyCorrection: "decoupled", isCap: -2 }, "loss.isCap"],
+      [{ type: "grpo", isCap: 2 }, "loss.isCap"],
+      [{ type: "cispo", offPolicyCorrection: "tis" }, "loss.offPolicyCorrection"],
+      [{ type: "gspo", offPolicyCorrection: "decoupled" }, "loss.offPolicyCorrection"],
+      [{ type: "sapo", offPolicyCorrection: "tis" }, "loss.offPolicyCorrection"],
+      [{ type: "sft", offPolicyCorrection: "tis" }, "loss.offPolicyCorrection"],
+    ] as const;
+    const parsed = parseInWorker(bad.map(([wire]) => wire));
+    parsed.forEach((result, i) => {
+      expect(result.ok, JSON.stringify(bad[i]![0])).toBe(false);
+      if (!result.ok) {
+        expect(result.code).toBe("BAD_ARGUMENTS");
+        expect(result.message.startsWith(bad[i]![1])).toBe(true);
+      }
+    });
   });
 });

@@ -15,7 +15,6 @@ import {
   TensorDict,
   TopKRewardSelector,
 } from "../../sdk/index.js";
-import { groupAdvantages } from "../../sdk/data/replay-buffer/group-stats.js";
 import { expectError } from "./tensordict.helpers.js";
 
 let nextId = 0;
@@ -48,22 +47,28 @@ function expected(rewards: readonly number[], eps = 1e-6): number[] {
   return rewards.map((r) => (r - mean) / Math.max(Math.sqrt(variance), eps));
 }
 
-describe("groupAdvantages (what GRPOTrainer uses on a step's flat rewards)", () => {
-  it("equals MCAdvantage on one-step trajectories, group by group, flat groups included", () => {
-    const groupSize = 4;
-    const rewards = [0, 1, 0.5, 0.25, 1, 1, 1, 1, 0.1, 0.9, 0.3, 0.7];
-    const transform = new MCAdvantage({ groupSize: groupSize });
-    const fromTransform: number[] = [];
-    rewards.forEach((r, i) => {
-      const out = transform.inv(traj(`prompt ${Math.floor(i / groupSize)}`, [r]));
-      if (out !== null) fromTransform.push(...advantages(out));
+describe("MCAdvantage on a batch of one-step trajectories (the GRPO pipeline's writes)", () => {
+  it("gives the same groups, in the same order, as writing the trajectories one by one", () => {
+    // interleaved prompts, a group split across two writes, and a prompt that never completes its group
+    const first = ["a", "b", "a", "c", "b", "a", "b", "a"].map((q, i) => traj(q, [i / 10]));
+    const second = ["c", "b", "d", "c", "c"].map((q, i) => traj(q, [1 - i / 7]));
+    const batched = new MCAdvantage({ groupSize: 3 });
+    const single = new MCAdvantage({ groupSize: 3 });
+    const viaBatches = [batched.inv(write(...first)), batched.inv(write(...second))];
+    const viaSingles = [first, second].map((part) => {
+      const outs = part.map((t) => single.inv(t)).filter((o): o is TensorDict => o !== null);
+      return outs.length === 0 ? null : TensorDict.cat(outs);
     });
-    const flat = Array.from(groupAdvantages(rewards, groupSize));
-    expect(fromTransform).toHaveLength(rewards.length);
-    flat.forEach((a, i) => {
-      expect(a).toBeCloseTo(fromTransform[i]!, 5);
+    viaBatches.forEach((out, i) => {
+      const want = viaSingles[i]!;
+      expect(trajIds(out!)).toEqual(trajIds(want));
+      expect(out!.getStrings("query")).toEqual(want.getStrings("query"));
+      advantages(out!).forEach((a, j) => {
+        expect(a).toBeCloseTo(advantages(want)[j]!, 6);
+      });
     });
-    expect(flat.slice(4, 8)).toEqual([0, 0, 0, 0]);
+    expect(batched.stats).toEqual(single.stats);
+    expect(batched.stats).toMatchObject({ completedTrajectories: 13, writtenGroups: 3, queuedGroups: 4, queuedTrajectories: 4 });
   });
 });
 

@@ -277,3 +277,46 @@ describe("ReplayBuffer: transforms, empty and errors", () => {
     for (const [fn, field] of cases) expect(expectError(fn, InvalidArgumentError, "INVALID_ARGUMENT").message).toContain(field);
   });
 });
+
+describe("ReplayBuffer: take and discardWhere (each row read once, oldest first)", () => {
+  it("takes the oldest rows in write order, across a wrapped ring, and later writes follow the rest", () => {
+    const rb = new ReplayBuffer({ storage: new ListStorage({ maxSize: 4 }) });
+    rb.extend(rows(4)); // 0 1 2 3
+    rb.extend(rows(2, 10)); // overwrites 0 and 1: the oldest is now 2
+    expect(xs(rb.take(3))).toEqual([2, 3, 10]);
+    expect(rb.length).toBe(1);
+    expect(rb.writeCount).toBe(6);
+    rb.extend(rows(3, 20));
+    expect(xs(rb.take(4))).toEqual([11, 20, 21, 22]);
+    expect(rb.length).toBe(0);
+    expectError(() => rb.take(1), ReplayBufferEmptyError, "REPLAY_BUFFER_EMPTY");
+    rb.extend(rows(2));
+    expect(expectError(() => rb.take(3), InvalidArgumentError, "INVALID_ARGUMENT").message).toMatch(/batchSize 3 is more than the 2 rows held/);
+    expect(expectError(() => rb.take(0), InvalidArgumentError, "INVALID_ARGUMENT").message).toMatch(/positive integer/);
+  });
+
+  it("runs the read transforms on what it takes", () => {
+    const double: ReplayBufferTransform = { name: "double", forward: (td) => td.set("x", new Tensor("float32", [td.numel()], Float32Array.from(xs(td), (v) => 2 * v))) };
+    const rb = new ReplayBuffer({ transforms: [double] });
+    rb.extend(rows(3, 1));
+    expect(xs(rb.take(2))).toEqual([2, 4]);
+  });
+
+  it("discards the rows a predicate picks, keeping the others' order", () => {
+    const rb = new ReplayBuffer({ storage: new ListStorage({ maxSize: 5 }) });
+    rb.extend(rows(5));
+    expect(rb.discardWhere((row) => Number(row.getTensor("x").item()) % 2 === 0)).toBe(3);
+    expect(rb.discardWhere(() => false)).toBe(0);
+    rb.extend(rows(1, 7));
+    expect(xs(rb.take(3))).toEqual([1, 3, 7]);
+  });
+
+  it("needs a round-robin writer and a sampler that is not prioritized", () => {
+    const prioritized = new ReplayBuffer({ sampler: new PrioritizedSampler({ maxCapacity: 8, alpha: 0.7, beta: 0.5 }) });
+    prioritized.extend(rows(2));
+    expect(expectError(() => prioritized.take(1), InvalidArgumentError, "INVALID_ARGUMENT").message).toMatch(/needs a RoundRobinWriter and a non-prioritized sampler/);
+    const ranked = new ReplayBuffer({ writer: new TensorDictMaxValueWriter({ rankKey: "x" }) });
+    ranked.extend(rows(2));
+    expect(expectError(() => ranked.discardWhere(() => true), InvalidArgumentError, "INVALID_ARGUMENT").message).toMatch(/TensorDictMaxValueWriter/);
+  });
+});

@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -26,6 +26,16 @@ describe("lineChart", () => {
     expect(svg).toContain("<circle");
     expect(svg).toContain("b&#60;x&#62;");
     expect(svg).toContain("T &#38; U");
+  });
+
+  it("widens the y axis to yRange but not past the data", () => {
+    // the y axis's tick labels (right-aligned left of the plot)
+    const ticks = (svg: string): string[] => [...svg.matchAll(/text-anchor="end" class="tick">([^<]*)</g)].map((m) => m[1] ?? "");
+    const fixed = lineChart([{ label: "busy", points: [[0, 0.4], [1, 0.5]] }], { title: "f", yRange: [0, 1] });
+    expect(ticks(fixed)).toEqual(expect.arrayContaining(["0", "1"]));
+    const free = lineChart([{ label: "busy", points: [[0, 0.4], [1, 0.5]] }], { title: "f" });
+    expect(ticks(free)).not.toContain("1");
+    expect(ticks(lineChart([{ label: "x", points: [[0, 0.5], [1, 3]] }], { title: "f", yRange: [0, 1] }))).toContain("3");
   });
 
   it("says so when there is nothing to draw", () => {
@@ -63,6 +73,67 @@ describe("renderReportHTML", () => {
   });
 });
 
+describe("renderReportHTML: the pipeline charts", () => {
+  /** A run's records with the pipeline metrics of GRPOTrainer's collector → replay buffer → trainer. */
+  const pipelineRun = Array.from({ length: 8 }, (_, i) => ({
+    step: i + 1,
+    reward_mean: i / 8,
+    step_time_s: 0.2,
+    generate_time_s: 0.1,
+    train_time_s: 0.09,
+    policy_age_min: i === 0 ? 0 : 1,
+    policy_age_mean: i === 0 ? 0 : 1.25,
+    policy_age_max: i === 0 ? 0 : 2,
+    stale_samples_dropped: i === 3 ? 16 : 0,
+    generator_busy_frac: 0.9,
+    trainer_busy_frac: 0.45,
+    queue_depth: i % 3,
+  }));
+
+  /** The `aria-label` of every chart, in order. */
+  const charts = (html: string): string[] => [...html.matchAll(/<svg [^>]*aria-label="([^"]*)"/g)].map((m) => m[1] ?? "");
+
+  /** The legend labels of the chart titled `title`. */
+  const legend = (html: string, title: string): string[] => {
+    const svg = [...html.matchAll(/<svg [^>]*aria-label="([^"]*)"[^>]*>(.*?)<\/svg>/gs)].find((m) => m[1] === title)?.[2] ?? "";
+    return [...svg.matchAll(/class="legend">([^<]*)</g)].map((m) => m[1] ?? "");
+  };
+
+  it("draws policy age, stale drops, busy fractions and queue depth under a Pipeline heading", () => {
+    const html = renderReportHTML({ title: "async run", metrics: pipelineRun });
+    expect(html).toContain("<h2>Pipeline</h2>");
+    expect(charts(html)).toEqual(
+      expect.arrayContaining(["Policy age (versions)", "Stale samples dropped", "Busy fraction (generator vs trainer)", "Queue depth (groups in the buffer)"]),
+    );
+    expect(legend(html, "Policy age (versions)")).toEqual(["policy_age_min", "policy_age_mean", "policy_age_max"]);
+    expect(legend(html, "Stale samples dropped")).toEqual(["stale_samples_dropped"]);
+    expect(legend(html, "Busy fraction (generator vs trainer)")).toEqual(["generator_busy_frac", "trainer_busy_frac"]);
+    expect(legend(html, "Queue depth (groups in the buffer)")).toEqual(["queue_depth"]);
+    expect(legend(html, "Step time (s)")).toEqual(["step_time_s", "generate_time_s", "train_time_s"]);
+    // counts and fractions from 0: no negative ticks when every value is 0
+    const noDrops = renderReportHTML({ title: "no drops", metrics: pipelineRun.map((r) => ({ ...r, stale_samples_dropped: 0 })) });
+    const staleSvg = [...noDrops.matchAll(/<svg [^>]*aria-label="Stale samples dropped"[^>]*>(.*?)<\/svg>/gs)][0]?.[1] ?? "";
+    expect([...staleSvg.matchAll(/text-anchor="end" class="tick">([^<]*)</g)].map((m) => m[1])).toEqual(["0", "0.2", "0.4", "0.6", "0.8", "1"]);
+    // the pipeline charts come after the learning curves
+    expect(html.indexOf("<h2>Pipeline</h2>")).toBeGreaterThan(html.indexOf("Reward (mean ± std)"));
+    expect(html.indexOf("Policy age (versions)")).toBeGreaterThan(html.indexOf("<h2>Pipeline</h2>"));
+  });
+
+  it("leaves them out for a run without the pipeline metrics (older runs render as before)", () => {
+    const old = pipelineRun.map((r) => ({ step: r.step, reward_mean: r.reward_mean, step_time_s: r.step_time_s }));
+    const html = renderReportHTML({ title: "old run", metrics: old });
+    expect(html).not.toContain("Pipeline");
+    expect(charts(html)).toEqual(["Reward (mean ± std)", "Step time (s)"]);
+    expect(legend(html, "Step time (s)")).toEqual(["step_time_s"]);
+  });
+
+  it("draws only the pipeline metrics a run has", () => {
+    const html = renderReportHTML({ title: "part", metrics: pipelineRun.map((r) => ({ step: r.step, queue_depth: r.queue_depth })) });
+    expect(charts(html)).toEqual(["Queue depth (groups in the buffer)"]);
+    expect(html).toContain("<h2>Curves</h2><div class=\"charts\"><p class=\"meta\">No metrics yet.</p>");
+  });
+});
+
 describe("parseJSONLines", () => {
   it("skips a torn last line but rejects a corrupt line in the middle", () => {
     expect(parseJSONLines('{"step":1}\n{"step":2}\n{"st', "m.jsonl")).toEqual([{ step: 1 }, { step: 2 }]);
@@ -87,6 +158,20 @@ describe("writeReport", () => {
     expect(html).toContain("<title>demo</title>");
     expect(html).toContain("model: tiny");
     expect(html).toContain("<polyline");
+    expect(html).not.toContain("Pipeline");
+  });
+
+  it("draws the pipeline charts of a run directory whose metrics have them", async () => {
+    const sub = join(dir, "async");
+    await mkdir(sub);
+    const line = (s: number): string =>
+      JSON.stringify({ step: s, reward_mean: s / 3, policy_age_min: 1, policy_age_mean: 1, policy_age_max: 1, stale_samples_dropped: 0, generator_busy_frac: 0.8, trainer_busy_frac: 0.5, queue_depth: 0 });
+    await writeFile(join(sub, "metrics.jsonl"), [1, 2, 3].map(line).join("\n") + "\n");
+    const html = await readFile(await writeReport(sub), "utf8");
+    expect(html).toContain("<h2>Pipeline</h2>");
+    for (const title of ["Policy age (versions)", "Stale samples dropped", "Busy fraction (generator vs trainer)", "Queue depth (groups in the buffer)"]) {
+      expect(html).toContain(`aria-label="${title}"`);
+    }
   });
 
   it("fails with a typed error when the directory has no metrics", async () => {

@@ -12,10 +12,13 @@ export interface TinyPolicy {
   close(): Promise<void>;
 }
 
-/** Builds the tiny model with `seed` and loads it in a fresh single-worker pool. */
-export async function startTinyPolicy(seed: number): Promise<TinyPolicy> {
+/**
+ * Builds the tiny model with `seed` and loads it in a fresh single-worker pool; `env` is added to the worker's
+ * environment (e.g. `OMP_NUM_THREADS`).
+ */
+export async function startTinyPolicy(seed: number, env?: Readonly<Record<string, string>>): Promise<TinyPolicy> {
   const dir = await mkdtemp(join(tmpdir(), "posttrain-policy-"));
-  const [tiny, pool] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed }), WorkerPool.local({ device: "cpu" })]);
+  const [tiny, pool] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed }), WorkerPool.local({ device: "cpu", ...(env === undefined ? {} : { env }) })]);
   const worker = pool.worker(0);
   await worker.loadModel({ name: "policy", path: tiny.path });
   return {

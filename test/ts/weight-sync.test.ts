@@ -107,6 +107,30 @@ describe("weight sync", () => {
     }
   });
 
+  it("ZeroMQ in the background: the copy taken at startUpdate is delivered after the generation in flight", async () => {
+    const scheme = new ZMQWeightSyncScheme(trainer, [{ worker: generatorWorker, model: "generator" }], { background: true });
+    await train(30);
+    const target = await logProbs(trainerWorker, "policy");
+    // a long generation holds the generator's worker: the sync's receive queues behind it, but its receiving end
+    // opens at once, so the trainer's worker hands over its copy and is free again
+    const prompts = new TensorDict({ text: { prompt: Array.from({ length: 32 }, (_, i) => `row ${i}`) } }, { batchSize: [32] });
+    let generated = false;
+    const generation = generatorWorker.generate("generator", prompts, { maxNewTokens: 120, seed: 1 }).then(() => {
+      generated = true;
+    });
+    const started = await scheme.startUpdate();
+    expect(generated).toBe(false);
+    expect(started.policyVersion).toBe((await trainer.state()).policyVersion);
+    await train(31); // the trainer steps on; the copy already taken is what the generator gets
+    expect(maxDiff(await logProbs(trainerWorker, "policy"), target)).toBeGreaterThan(1e-4);
+    const delivered = await started.delivered;
+    await generation;
+    expect(delivered.policyVersion).toBe(started.policyVersion);
+    expect(delivered.bytes).toBe(tiny.parameters * 4);
+    expect(maxDiff(await logProbs(generatorWorker, "generator"), target)).toBeLessThan(1e-5);
+    expect(await version(generatorWorker, "generator")).toBe(started.policyVersion);
+  });
+
   it("torch.distributed: a gloo broadcast from the trainer's worker", async () => {
     const scheme = await DistributedWeightSyncScheme.init(trainer, [{ worker: generatorWorker, model: "generator" }], { bucketBytes: 65_536 });
     try {

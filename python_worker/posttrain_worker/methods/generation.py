@@ -4,7 +4,8 @@ worker").
 Payload keys follow TorchRL's LLM wrappers. Generation reads ``("tokens", "prompt")``,
 ``("text", "prompt")`` or ``("history", "prompt")`` (rendered with the model's chat template) and writes
 ``tokens`` and ``text`` (``prompt``, ``response``, ``full``), ``log_probs`` (``response``, ``full``),
-``masks`` (``all_attention_mask``, ``all_assistant_mask``) and ``finish_reason``. Scoring reads
+``masks`` (``all_attention_mask``, ``all_assistant_mask``), ``finish_reason`` and ``policy_version``
+(the version of the weights that sampled each row). Scoring reads
 ``("tokens", "full")`` (or ``("text", "full")``, tokenized here and echoed as
 ``("tokens", "full")``) and writes ``("log_probs", "full")``.
 
@@ -137,20 +138,44 @@ def generate(store: ModelStore, ctx: CallContext, args: GenerateArgs) -> MethodO
         )
     else:
         generators = None if args.params.greedy else make_generators(seed, len(prompts), k)
+        # rows repeating one prompt (a GRPO group) share its prefill, as a prompt's samples do; each row keeps
+        # its own generator, so the tokens are those of generating the rows one by one
+        unique, repeats = _repeated_prompts(prompts) if k == 1 else (prompts, k)
         rows = run_generation(
             loaded.model,
             tokenizer,
-            prompts,
+            unique,
             max_new_tokens=args.max_new_tokens,
             params=args.params,
             generators=generators,
-            num_samples=k,
+            num_samples=repeats,
             stop=args.stop,
             micro_batch_size=args.micro_batch_size,
             device=loaded.device,
             check_cancelled=ctx.check_cancelled,
         )
-    return _generate_outcome(batch, tokenizer, prompts, prompt_texts, expanded, rows, k, seed)
+    # the version of the weights sampled with, read on the compute thread: a weight update queued behind this
+    # call cannot change it mid-generation, so the collector records it instead of guessing
+    version = loaded.policy_version
+    return _generate_outcome(batch, tokenizer, prompts, prompt_texts, expanded, rows, k, seed, version)
+
+
+def _repeated_prompts(prompts: list[torch.Tensor]) -> tuple[list[torch.Tensor], int]:
+    """``(unique, m)`` when the rows are runs of ``m > 1`` equal prompts one after the other, else
+    ``(prompts, 1)``."""
+    n = len(prompts)
+    m = 1
+    while m < n and prompts[m].shape == prompts[0].shape and torch.equal(prompts[m], prompts[0]):
+        m += 1
+    if m == 1 or n % m != 0:
+        return prompts, 1
+    unique = prompts[::m]
+    for start in range(0, n, m):
+        first = prompts[start]
+        for row in prompts[start + 1 : start + m]:
+            if row.shape != first.shape or not torch.equal(row, first):
+                return prompts, 1
+    return unique, m
 
 
 def _generate_outcome(
@@ -162,6 +187,7 @@ def _generate_outcome(
     rows: Sequence[GeneratedRow],
     k: int,
     seed: int,
+    version: int,
 ) -> MethodOutcome:
     """The ``generate`` payload from the rows of either backend (``k`` consecutive rows per prompt).
 
@@ -213,6 +239,7 @@ def _generate_outcome(
             "all_assistant_mask": Ragged(position >= prompt_len[row_of], offsets),
         },
         "finish_reason": [r.finish_reason for r in rows],
+        "policy_version": torch.full((len(rows),), version, dtype=torch.int64).reshape(batch_size),
     }
     assert math.prod(batch_size) == len(rows)
     return MethodOutcome({"seed": seed}, [TensorBatch(batch_size, columns)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ from posttrain_worker.training.weight_sync import (
     sync_in_worker,
 )
 from posttrain_worker.transfer import distributed, zmq_transfer
+from posttrain_worker.transfer.buckets import buckets_of
+from posttrain_worker.transfer.staged_send import copy_weights, send_in_background
 
 DEFAULT_BUCKET_BYTES = 64 * 2**20
 DEFAULT_TIMEOUT_MS = 120_000
@@ -70,6 +73,7 @@ class SendArgs:
     endpoints: tuple[str, ...]
     bucket_bytes: int
     timeout_s: float
+    background: bool
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,13 @@ def build_send(parsed: ParsedArgs) -> SendArgs:
     for index, endpoint in enumerate(endpoints):
         if not endpoint.startswith(("ipc://", "tcp://")):
             raise parsed.fail(f'"endpoints[{index}]" must be an ipc:// or tcp:// address, got {endpoint!r}')
-    return SendArgs(parsed["model"], tuple(endpoints), parsed["bucketBytes"], parsed["timeoutMs"] / 1000.0)
+    return SendArgs(
+        parsed["model"],
+        tuple(endpoints),
+        parsed["bucketBytes"],
+        parsed["timeoutMs"] / 1000.0,
+        parsed["background"],
+    )
 
 
 def build_dist_init(parsed: ParsedArgs) -> DistInitArgs:
@@ -142,7 +152,16 @@ LISTEN_ARGS = ArgsSchema(
 RECEIVE_ARGS = ArgsSchema(
     (_name("token"), TIMEOUT_MS), build=lambda p: ReceiveArgs(p["token"], p["timeoutMs"] / 1000.0)
 )
-SEND_ARGS = ArgsSchema((MODEL_ARG, Arg("endpoints", "strings"), BUCKET_BYTES, TIMEOUT_MS), build=build_send)
+SEND_ARGS = ArgsSchema(
+    (
+        MODEL_ARG,
+        Arg("endpoints", "strings"),
+        BUCKET_BYTES,
+        TIMEOUT_MS,
+        Arg("background", "boolean", default=False),
+    ),
+    build=build_send,
+)
 DIST_INIT_ARGS = ArgsSchema(
     (
         Arg("backend", "choice", choices=distributed.BACKENDS, default="gloo"),
@@ -199,16 +218,19 @@ class Listeners:
 
     def __init__(self) -> None:
         self._open: dict[str, tuple[zmq_transfer.Listener, str]] = {}
+        self._lock = threading.Lock()  # opened on the I/O thread, taken on the compute thread
 
     def open(self, model: str, transport: str, host: str) -> dict[str, Any]:
-        self._expire()
         listener = zmq_transfer.Listener(transport, host)
         token = secrets.token_hex(8)
-        self._open[token] = (listener, model)
+        with self._lock:
+            self._expire()
+            self._open[token] = (listener, model)
         return {"token": token, "endpoint": listener.endpoint}
 
     def take(self, method: str, token: str) -> tuple[zmq_transfer.Listener, str]:
-        entry = self._open.pop(token, None)
+        with self._lock:
+            entry = self._open.pop(token, None)
         if entry is None:
             raise WorkerFailure(
                 WEIGHT_SYNC_FAILED, f"{method}: no open listener {token!r} (weights_listen first)"
@@ -253,6 +275,21 @@ def register_weight_methods(registry: MethodRegistry, store: ModelStore) -> None
     def weights_send(ctx: CallContext, args: SendArgs) -> dict[str, Any]:
         source = store.get(args.model)
         version = source.policy_version + 1
+        if args.background:
+            with outgoing_weights(source.model) as pairs:
+                copied = copy_weights(pairs)
+            send_in_background(args.endpoints, copied, version, args.bucket_bytes, args.timeout_s, ctx.method)
+            source.policy_version = version
+            sizes = [t.numel() * t.element_size() for _, t in copied]
+            return {
+                "policyVersion": version,
+                "bytes": sum(sizes),
+                "tensors": len(copied),
+                "buckets": len(buckets_of(sizes, args.bucket_bytes)),
+                "receivers": len(args.endpoints),
+                "seconds": 0.0,
+                "background": True,
+            }
         deadline = zmq_transfer.Deadline(args.timeout_s, ctx.check_cancelled, ctx.method)
         with outgoing_weights(source.model) as pairs:
             # One receiver after the other, all with the same version (each confirms before the next starts).
@@ -308,7 +345,9 @@ def register_weight_methods(registry: MethodRegistry, store: ModelStore) -> None
 
     registry.add("clone_model", clone, thread="compute", args=CLONE_ARGS)
     registry.add("sync_weights", sync_weights, thread="compute", args=PAIR_ARGS)
-    registry.add("weights_listen", weights_listen, thread="compute", args=LISTEN_ARGS)
+    # on the I/O thread: a generator busy generating still opens its receiving end at once, so the sender can
+    # hand over its copy (background send) and go on training; the receive itself queues behind the generation
+    registry.add("weights_listen", weights_listen, thread="io", args=LISTEN_ARGS)
     registry.add("weights_receive", weights_receive, thread="compute", args=RECEIVE_ARGS)
     registry.add("weights_send", weights_send, thread="compute", args=SEND_ARGS)
     registry.add("dist_init", dist_init, thread="compute", args=DIST_INIT_ARGS)

@@ -118,20 +118,25 @@ def render_rows(
     if not getattr(tokenizer, "chat_template", None):
         raise WorkerFailure(BAD_ARGUMENTS, f"{method}: model {loaded.name!r} has no chat template")
     rendered = []
+    # a GRPO batch holds each prompt `groupSize` times in a row: render a repeated conversation once
+    previous: tuple[object, RenderedChat] | None = None
     for row, conversation in enumerate(column.rows):
         if not conversation:
             raise WorkerFailure(
                 BAD_ARGUMENTS, f"{method}: row {row} holds an empty conversation", {"row": row}
             )
+        if previous is not None and previous[0] == conversation:
+            rendered.append(previous[1])
+            continue
         try:
-            rendered.append(
-                render_chat(
-                    tokenizer,
-                    conversation,
-                    add_generation_prompt=add_generation_prompt,
-                    continue_final=continue_final,
-                )
+            chat = render_chat(
+                tokenizer,
+                conversation,
+                add_generation_prompt=add_generation_prompt,
+                continue_final=continue_final,
             )
+            rendered.append(chat)
+            previous = (conversation, chat)
         except (ValueError, TypeError, KeyError) as exc:  # jinja and HF raise these on bad messages
             raise WorkerFailure(
                 BAD_ARGUMENTS,

@@ -29,6 +29,10 @@ class LossBatch:
     entropy: Tensor | None = None
     """Per-token entropy of the current policy, ``[B, T]``, with grad (when :func:`needs_entropy`): entry
     ``t`` is the entropy of the distribution that ``log_probs[:, t]`` was taken from."""
+    prox_log_probs: Tensor | None = None
+    """The proximal policy's log-probs ``logp_prox``, ``[B, T]`` (optional; read only by an
+    ``offPolicyCorrection``): when absent, ``logp_prox = sg(log_probs)``, the trainer's weights before this
+    step's update, computed on the same forward."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,8 @@ class LossOutput:
     metrics: dict[str, Tensor]
     """Detached scalars, each additive over micro-batches given the same :class:`LossNorm`: ``loss_objective``
     (``loss_sft`` for SFT), ``clip_fraction``, ``kl_approx``, ``entropy``, ``loss_entropy``, ``kl_to_ref``,
-    ``loss_kl_to_ref``, ``kl_to_inference``, ``loss_kl_to_inference`` (those that apply), and the ESS moments
+    ``loss_kl_to_ref``, ``kl_to_inference``, ``loss_kl_to_inference``, ``importance_weight_mean``,
+    ``importance_weight_capped_fraction`` (those that apply), and the ESS moments
     ``ess_sum_w`` / ``ess_sum_w2`` that :func:`finalize_metrics` turns into ``ESS``."""
     per_token: dict[str, Tensor] = field(default_factory=dict)
     """With ``aggregation: "none"``: each loss term per token, ``[B, T]``, zero outside the mask (TorchRL's

@@ -21,6 +21,9 @@ AGGREGATIONS = ("token_mean", "prompt_mean", "none")
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 MASKING_STRATEGIES = ("sft", "rlhf", "generic")
 SFT_FUNCTIONS = ("sft", "minor_sft")
+OFF_POLICY_CORRECTIONS = ("none", "tis", "decoupled")
+TIS_DEFAULT_CAP = 2.0
+"""``isCap`` of ``offPolicyCorrection: "tis"`` when none is given (verl's and ms-swift's threshold)."""
 
 # Normalisation implied by each TRL ``lossType`` (``fixed_horizon``: sum / (sequences x maxCompletionLength)).
 _TRL_NORMALIZATION = {
@@ -50,6 +53,12 @@ class PolicyLossConfig:
     masking_strategy: str
     temperature_pos: float
     temperature_neg: float
+    off_policy_correction: str = "none"
+    """``none`` (today's loss), ``tis`` (truncated importance sampling) or ``decoupled`` (AReaL's decoupled
+    PPO): docs/losses.md, "Off-policy correction"."""
+    is_cap: float | None = None
+    """The cap ``C`` of the behaviour importance weight, ``w = min(exp(logp_prox - logp_old), C)``; ``None``:
+    uncapped (``decoupled`` only) or no correction."""
 
     @property
     def normalization(self) -> str:
@@ -136,6 +145,7 @@ def _parse_policy(fields: ConfigFields, kind: str) -> PolicyLossConfig:
         raise fields.fail("maxCompletionLength", 'is only used with loss.lossType "dr_grpo"')
     masking = fields.choice("maskingStrategy", MASKING_STRATEGIES, default="sft")
     assert masking is not None
+    correction, is_cap = _parse_off_policy(fields, kind, variant.off_policy)
     return PolicyLossConfig(
         type=kind,
         clip_epsilon_low=low,
@@ -152,7 +162,39 @@ def _parse_policy(fields: ConfigFields, kind: str) -> PolicyLossConfig:
         masking_strategy=masking,
         temperature_pos=temperature_pos,
         temperature_neg=temperature_neg,
+        off_policy_correction=correction,
+        is_cap=is_cap,
     )
+
+
+def _parse_off_policy(fields: ConfigFields, kind: str, supported: bool) -> tuple[str, float | None]:
+    """``offPolicyCorrection`` (default ``"none"``) and its ``isCap``: ``tis`` takes a finite cap > 0 (default
+    2), ``decoupled`` a finite cap > 0 or ``null`` (default: uncapped), ``none`` no cap at all. Only the
+    variants whose registry entry says ``off_policy`` (GRPO, hence DAPO) accept a correction."""
+    correction = fields.choice("offPolicyCorrection", OFF_POLICY_CORRECTIONS, default="none")
+    assert correction is not None
+    if correction != "none" and not supported:
+        accepted = ", ".join(f'"{v.name}"' for v in POLICY_VARIANTS.values() if v.off_policy)
+        raise fields.fail(
+            "offPolicyCorrection",
+            f"is only supported by loss.type {accepted} (GRPOLoss and DAPOLoss, whose per-token objective it "
+            f'corrects), not by "{kind}"; got {render(correction)}',
+        )
+    if correction == "none":
+        if fields.has("isCap"):
+            raise fields.fail(
+                "isCap", 'is only used with loss.offPolicyCorrection "tis" or "decoupled" (it is "none")'
+            )
+        return correction, None
+    if correction == "tis":
+        if fields.has("isCap") and fields.raw["isCap"] is None:
+            raise fields.fail(
+                "isCap",
+                'must be a finite number > 0 with loss.offPolicyCorrection "tis" (it always truncates; '
+                '"decoupled" takes null for an uncapped weight), got null',
+            )
+        return correction, fields.number("isCap", default=TIS_DEFAULT_CAP, greater_than=0)
+    return correction, fields.number("isCap", default=None, greater_than=0, nullable=True)
 
 
 def _parse_sft(fields: ConfigFields) -> SFTLossConfig:

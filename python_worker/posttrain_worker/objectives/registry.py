@@ -2,8 +2,9 @@
 
 An entry holds what differs between GRPO (with DAPO's options), CISPO, GSPO and SAPO: the per-token objective
 (:mod:`.variants`), the default and the bounds of ``clipEpsilon`` (none for SAPO, which gates instead of
-clipping), the default aggregation, and which variant-only fields the config accepts. ``config.py`` parses by
-it and ``grpo.py`` computes by it; a new variant is one entry here plus its objective.
+clipping), the default aggregation, and which variant-only fields the config accepts (``dualClip``, the SAPO
+temperatures, and the off-policy correction, which only GRPO's per-token objective takes). ``config.py``
+parses by it and ``grpo.py`` computes by it; a new variant is one entry here plus its objective.
 
 Usage::
 
@@ -62,12 +63,17 @@ class PolicyVariant:
     """Accepts ``dualClip`` (DAPO's bound on the loss of tokens with a negative advantage)."""
     temperatures: bool = False
     """Accepts ``temperaturePos`` / ``temperatureNeg`` (SAPO's gate)."""
+    off_policy: bool = False
+    """Accepts ``offPolicyCorrection`` ``"tis"`` / ``"decoupled"`` and ``isCap`` (the off-policy
+    corrections of the GRPO per-token objective, applied in :mod:`.grpo`)."""
 
 
 POLICY_VARIANTS: dict[str, PolicyVariant] = {
     variant.name: variant
     for variant in (
-        PolicyVariant("grpo", variants.grpo, "token_mean", ClipRule((0.2, 0.2)), dual_clip=True),
+        PolicyVariant(
+            "grpo", variants.grpo, "token_mean", ClipRule((0.2, 0.2)), dual_clip=True, off_policy=True
+        ),
         PolicyVariant("cispo", variants.cispo, "token_mean", ClipRule((1.0, 4.0), low_may_be_one=True)),
         PolicyVariant("gspo", variants.gspo, "prompt_mean", ClipRule((3e-4, 4e-4))),
         PolicyVariant("sapo", variants.sapo, "token_mean", None, temperatures=True),

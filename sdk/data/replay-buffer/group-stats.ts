@@ -43,26 +43,6 @@ export function normalizeGroup(values: ArrayLike<number>, eps: number, stats: Gr
   return Float64Array.from(values, (r) => (r - stats.mean) / scale);
 }
 
-/**
- * GRPO advantages of consecutive groups of `groupSize` rewards (a step's rows, each prompt's completions in a row):
- * {@link normalizeGroup} within each group. A group whose rewards are all equal gets 0, and so does a lone reward
- * (a short last group of one).
- *
- * ```ts
- * groupAdvantages([0, 1, 1, 1], 2); // Float32Array [-0.707..., 0.707..., 0, 0]
- * ```
- */
-export function groupAdvantages(rewards: readonly number[], groupSize: number, eps = 1e-6): Float32Array {
-  const out = new Float32Array(rewards.length);
-  for (let start = 0; start < rewards.length; start += groupSize) {
-    const group = rewards.slice(start, start + groupSize);
-    const stats = groupStats(group);
-    // a lone reward counts as std 0 (torch's NaN would make its advantage NaN), so it gets (r − r) / eps = 0
-    out.set(normalizeGroup(group, eps, group.length < 2 ? { mean: stats.mean, std: 0 } : stats), start);
-  }
-  return out;
-}
-
 /** Fraction of the consecutive groups of `groupSize` rewards whose rewards are all equal (no learning signal; TRL's `frac_reward_zero_std`). */
 export function zeroStdFraction(rewards: readonly number[], groupSize: number): number {
   let flat = 0;

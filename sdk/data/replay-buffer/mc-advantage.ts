@@ -13,7 +13,7 @@ import { InvalidArgumentError } from "./errors.js";
 import { groupStats, normalizeGroup } from "./group-stats.js";
 import { NestedKeySchema } from "./options.js";
 import { leafNumbers, reduce } from "./reduce.js";
-import { groupId, likeReward, splitTrajectories } from "./trajectories.js";
+import { doneRows, groupId, groupIds, likeReward, splitTrajectories } from "./trajectories.js";
 import type { ReplayBufferTransform } from "./transform.js";
 
 /* eslint-disable @typescript-eslint/no-deprecated -- the schema maps its own deprecated field onto groupSize */
@@ -171,6 +171,10 @@ export class MCAdvantage implements ReplayBufferTransform {
    * a step that is not done.
    */
   inv(td: TensorDict): TensorDict | null {
+    if (this.#options.trajectoryReturn === undefined && td.batchDims === 1 && td.numel() > 0) {
+      const fast = this.#oneStepTrajectories(td);
+      if (fast !== undefined) return fast;
+    }
     const trajectories = splitTrajectories(td, this.#options.doneKey, "MCAdvantage");
     const ids = trajectories.map((t) => groupId(t, this.#options.promptKey, "MCAdvantage"));
     const out: TensorDict[] = [];
@@ -178,6 +182,42 @@ export class MCAdvantage implements ReplayBufferTransform {
       const group = this.#push(ids[i]!, trajectory);
       if (group !== null) out.push(group);
     });
+    return out.length === 0 ? null : lazyCat(out);
+  }
+
+  /**
+   * `inv` when every row of a 1-D `td` is a whole one-step trajectory (single-turn data, the GRPO pipeline's): the
+   * same groups in the same order, but each group copied out of `td` once instead of row by row. `undefined` when
+   * the data is not of that kind (the general path handles it).
+   */
+  #oneStepTrajectories(td: TensorDict): TensorDict | null | undefined {
+    const o = this.#options;
+    if (!doneRows(td, o.doneKey, "MCAdvantage").every(Boolean)) return undefined;
+    const ids = groupIds(td, o.promptKey, "MCAdvantage");
+    if (ids === undefined) return undefined;
+    const c = this.#counters;
+    const pending = new Map<string, number[]>();
+    const out: TensorDict[] = [];
+    ids.forEach((id, row) => {
+      c.completedTrajectories += 1;
+      c.completedDecisions += 1;
+      const held = this.#queues.get(id) ?? [];
+      const rows = pending.get(id) ?? [];
+      rows.push(row);
+      pending.set(id, rows);
+      if (held.length + rows.length < o.groupSize) return;
+      this.#queues.delete(id);
+      pending.delete(id);
+      c.completedGroups += 1;
+      c.writtenGroups += 1;
+      const fresh = td.index(Int32Array.from(rows)); // a copy: not a view of the caller's data
+      out.push(this.#perStep(held.length === 0 ? [fresh] : [...held, fresh]));
+    });
+    for (const [id, rows] of pending) {
+      const queue = this.#queues.get(id) ?? [];
+      for (const row of rows) queue.push(td.index({ start: row, stop: row + 1 }).clone());
+      this.#queues.set(id, queue);
+    }
     return out.length === 0 ? null : lazyCat(out);
   }
 

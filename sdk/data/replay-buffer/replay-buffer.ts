@@ -242,6 +242,61 @@ export class ReplayBuffer implements Iterable<TensorDict> {
     this.updatePriority(index, priorities);
   }
 
+  /**
+   * Removes the `batchSize` oldest rows (in write order) and returns them, after the transforms' `forward`: the read
+   * of on-policy and asynchronous GRPO, where each collected row is trained on once and room is made for the
+   * collector (docs/collectors.md). Needs a `RoundRobinWriter` and a sampler that is not prioritized
+   * (INVALID_ARGUMENT otherwise, or when fewer than `batchSize` rows are held; REPLAY_BUFFER_EMPTY when none is).
+   */
+  take(batchSize: number): TensorDict {
+    this.#checkRemovable("take");
+    if (!Number.isInteger(batchSize) || batchSize < 1) throw new InvalidArgumentError(`ReplayBuffer.take: batchSize must be a positive integer, got ${String(batchSize)}`);
+    if (this.storage.length === 0) throw new ReplayBufferEmptyError();
+    if (this.storage.length < batchSize) throw new InvalidArgumentError(`ReplayBuffer.take: batchSize ${batchSize} is more than the ${this.storage.length} rows held`);
+    const order = this.#writeOrder();
+    let data = this.storage.get(order.slice(0, batchSize));
+    this.#keep(order.slice(batchSize));
+    for (const transform of this.#transforms) if (transform.forward !== undefined) data = transform.forward(data);
+    return data;
+  }
+
+  /**
+   * Removes the stored rows for which `predicate` is true (for example samples older than the policy allows) and
+   * returns how many; the others keep their write order. Same requirements as {@link take}.
+   */
+  discardWhere(predicate: (row: TensorDict) => boolean): number {
+    this.#checkRemovable("discardWhere");
+    const order = this.#writeOrder();
+    const kept = order.filter((p) => !predicate(this.storage.row(p)));
+    if (kept.length !== order.length) this.#keep(kept);
+    return order.length - kept.length;
+  }
+
+  #checkRemovable(method: string): void {
+    if (!(this.writer instanceof RoundRobinWriter) || this.sampler instanceof PrioritizedSampler) {
+      throw new InvalidArgumentError(
+        `ReplayBuffer.${method}: needs a RoundRobinWriter and a non-prioritized sampler, got a ${this.writer.constructor.name} and a ${this.sampler.constructor.name}`,
+      );
+    }
+  }
+
+  /** Storage positions, oldest write first: once the storage is full, the round-robin cursor points at the oldest row. */
+  #writeOrder(): number[] {
+    const n = this.storage.length;
+    const start = n < this.storage.maxSize ? 0 : this.writer.state().cursor as number;
+    return Array.from({ length: n }, (_, i) => (start + i) % n);
+  }
+
+  /** Keeps only the rows at `positions` (in that order), moved to positions 0.. so later writes follow them. */
+  #keep(positions: readonly number[]): void {
+    const rows = positions.map((p) => this.storage.row(p));
+    const { writeCount } = this.writer.state() as { writeCount: number };
+    this.storage.empty();
+    this.storage.set(Int32Array.from(rows, (_, i) => i), rows);
+    this.writer.loadState({ cursor: rows.length % this.storage.maxSize, writeCount });
+    this.sampler.empty();
+  }
+
   /** Removes every row and resets the sampler and the writer (`writeCount` included). */
   empty(): void {
     this.writer.empty();

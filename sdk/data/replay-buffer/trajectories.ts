@@ -10,7 +10,7 @@ import type { TensorDict } from "../../tensordict/tensordict.js";
 import { IncompleteTrajectoryError, InvalidArgumentError } from "./errors.js";
 
 /** Per-row done flags: a row is done when every element of its done leaf is true (non-zero). */
-function doneRows(td: TensorDict, doneKey: NestedKey, where: string): boolean[] {
+export function doneRows(td: TensorDict, doneKey: NestedKey, where: string): boolean[] {
   const done = td.get(doneKey);
   if (!(done instanceof Tensor)) throw new InvalidArgumentError(`${where}: done key ${formatKey(doneKey)} must hold a dense tensor`);
   const values = done.toNumbers();
@@ -61,6 +61,24 @@ export function groupId(trajectory: TensorDict, key: NestedKey, where: string): 
   if (value instanceof RaggedTensor) return `tensor:${JSON.stringify(value.row(0).toNumbers())}`;
   if (value instanceof HistoryBatch) return `history:${JSON.stringify(value.row(0).toJSON())}`;
   if (Array.isArray(value)) return `string:${(value as readonly string[])[0]!}`;
+  throw new InvalidArgumentError(`${where}: the group key ${formatKey(key)} must hold strings, Histories or a tensor, not a nested TensorDict`);
+}
+
+/**
+ * The group identifier of every row of a 1-D `td` whose rows are one-step trajectories, as {@link groupId} gives them
+ * one by one, read in one pass; `undefined` for a key kind read only row by row (a ragged tensor).
+ */
+export function groupIds(td: TensorDict, key: NestedKey, where: string): string[] | undefined {
+  const value = td.get(key);
+  const rows = td.numel();
+  if (value instanceof HistoryBatch) return value.rows.map((h) => `history:${JSON.stringify(h.toJSON())}`);
+  if (Array.isArray(value)) return (value as readonly string[]).map((s) => `string:${s}`);
+  if (value instanceof Tensor) {
+    const numbers = value.toNumbers();
+    const per = rows === 0 ? 0 : numbers.length / rows;
+    return Array.from({ length: rows }, (_, r) => `tensor:${JSON.stringify(numbers.slice(r * per, (r + 1) * per))}`);
+  }
+  if (value instanceof RaggedTensor) return undefined;
   throw new InvalidArgumentError(`${where}: the group key ${formatKey(key)} must hold strings, Histories or a tensor, not a nested TensorDict`);
 }
 

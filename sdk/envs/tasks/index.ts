@@ -1,8 +1,27 @@
 /**
- * Task environments and their rewards, with TorchRL's semantics: GSM8K, MATH, Countdown and IFEval. The parsers
+ * Task environments and their rewards, with TorchRL's semantics: GSM8K, MATH, Countdown and IFEval; and the built-in
+ * tasks for the tiny model, digit sorting and arithmetic with a calculator tool (multi-turn). The parsers
  * and reward functions are pure and usable on their own; see docs/envs.md ("Task environments").
  */
 export { evaluateArithmetic, MAX_EXPRESSION_LENGTH, rationalToNumber, type ArithmeticErrorReason, type ArithmeticResult, type Rational } from "./arithmetic.js";
+export {
+  ARITHMETIC_TOOL_NAME,
+  ARITHMETIC_TOOL_SYSTEM_PROMPT,
+  ArithmeticToolEnv,
+  ArithmeticToolEnvOptionsSchema,
+  ArithmeticToolGenerator,
+  arithmeticToolAnswer,
+  ArithmeticToolOptionsSchema,
+  ArithmeticToolPrimer,
+  arithmeticToolReward,
+  runCalculator,
+  parseCalculatorCalls,
+  type ArithmeticToolEnvOptions,
+  type ArithmeticToolOperation,
+  type ArithmeticToolOptions,
+  type ArithmeticToolProblem,
+  type ArithmeticToolRewardLevels,
+} from "./arithmetic-tool.js";
 export {
   countdownScore,
   CountdownGenerator,

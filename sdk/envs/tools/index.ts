@@ -11,6 +11,7 @@ export {
   type ParsedToolCall,
   type ToolCallFormat,
   type ToolCallMatch,
+  type ToolCallParser,
 } from "./parse.js";
 export {
   PythonSandbox,
@@ -23,7 +24,7 @@ export {
 } from "./sandbox.js";
 export { PythonSandboxOptionsSchema, type PythonSandboxOptions } from "./sandbox-options.js";
 export { sandboxSupport, type SandboxSupport } from "./sandbox-support.js";
-export { ToolTransformBase, ToolTransformOptionsSchema, type ToolCallOptions, type ToolTransformOptions } from "./tool-transform.js";
+export { ToolTransformBase, ToolTransformOptionsSchema, type ToolCallOptions, type ToolRunOptions, type ToolTransformOptions } from "./tool-transform.js";
 export { PythonInterpreter, PythonInterpreterOptionsSchema, type PythonInterpreterOptions } from "./python-interpreter.js";
 export {
   SimpleToolTransform,

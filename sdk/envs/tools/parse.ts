@@ -16,7 +16,9 @@ export type ToolCallFormat =
   /** `<tool_call>{"name": "name", "arguments": {"arg": 1}}</tool_call>` — Hermes/Qwen. */
   | "hermes"
   /** The message's `toolCalls` field. */
-  | "message";
+  | "message"
+  /** Found by a custom parser (`SimpleToolTransform`'s `parser`), in a task's own syntax. */
+  | "custom";
 
 /** A well-formed named tool call. */
 export interface ParsedToolCall {
@@ -43,6 +45,9 @@ export interface MalformedToolCall {
 
 /** One call found in a message, well-formed or not. */
 export type ToolCallMatch = ParsedToolCall | MalformedToolCall;
+
+/** Finds the named calls of one assistant message (`SimpleToolTransform`'s `parser`; default {@link parseToolCalls}). */
+export type ToolCallParser = (message: ChatMessage) => readonly ToolCallMatch[];
 
 const PYTHON_BLOCK = /```(?:python3?|py)[^\S\n]*\n([\s\S]*?)\n?```/g;
 const TOOL_BLOCK = /<tool(\s[^>]*)?>([\s\S]*?)<\/tool>/g;

@@ -4,13 +4,12 @@
  */
 import { z } from "zod";
 import { InvalidArgumentError } from "../../core/errors.js";
-import type { ChatMessage } from "../../data/index.js";
+import type { ChatMessage, History } from "../../data/index.js";
 import { parseOptions } from "../../core/index.js";
-import type { EnvCallOptions } from "../env-base.js";
 import { describeError, withDeadline } from "./limits.js";
-import { parseToolCalls } from "./parse.js";
+import { parseToolCalls, type ToolCallParser } from "./parse.js";
 import { describeArgumentIssues, malformedCall, resultText, toolFailed, toolSucceeded, unknownTool } from "./tool-results.js";
-import { ToolTransformBase, ToolTransformOptionsSchema } from "./tool-transform.js";
+import { ToolTransformBase, ToolTransformOptionsSchema, type ToolRunOptions } from "./tool-transform.js";
 
 /** What a tool function gets besides its arguments. */
 export interface SimpleToolContext {
@@ -18,6 +17,11 @@ export interface SimpleToolContext {
   readonly signal: AbortSignal;
   /** The batch row of the conversation. */
   readonly row: number;
+  /**
+   * The conversation, the calling message included (in an env step, always; through `toolMessages`, when given).
+   * A tool may read the question from it.
+   */
+  readonly history?: History;
 }
 
 /** One tool: what it does, the zod schema of its arguments, and the function. */
@@ -51,6 +55,11 @@ export const SimpleToolTransformOptionsSchema = ToolTransformOptionsSchema.exten
     }),
   /** Milliseconds one call may take (default 10 000, TorchRL's 10 s); its signal fires then and the call fails. */
   timeoutMs: z.number().int().positive().default(10_000),
+  /**
+   * Finds the calls in a message (default {@link parseToolCalls}: the `<tool>` and `<tool_call>` formats) — TorchRL's
+   * tool transforms take a parser too. A task may read its own, shorter call syntax with it.
+   */
+  parser: z.custom<ToolCallParser>((v) => typeof v === "function", { message: "expected a function (message) => ToolCallMatch[]" }).optional(),
 });
 
 /** Options of {@link SimpleToolTransform}; `T` maps each tool name to its argument schema. */
@@ -59,6 +68,7 @@ export interface SimpleToolTransformOptions<T extends Record<string, z.ZodType>>
   readonly toolRole?: string;
   readonly maxConcurrency?: number;
   readonly timeoutMs?: number;
+  readonly parser?: ToolCallParser;
 }
 
 /** A tool as shown to the model: its name, description and JSON Schema of the arguments. */
@@ -85,12 +95,14 @@ export class SimpleToolTransform<T extends Record<string, z.ZodType> = Record<st
   /** The call timeout in milliseconds. */
   readonly timeoutMs: number;
   private readonly tools: ReadonlyMap<string, SimpleTool>;
+  private readonly parser: ToolCallParser;
 
   constructor(options: SimpleToolTransformOptions<T>) {
     const parsed = parseOptions(SimpleToolTransformOptionsSchema, options, "SimpleToolTransform options");
     super(parsed);
     this.timeoutMs = parsed.timeoutMs;
     this.tools = new Map(Object.entries(parsed.tools).map(([name, tool]) => [name, tool]));
+    this.parser = parsed.parser ?? parseToolCalls;
   }
 
   /** The tools with their JSON Schemas (from the zod schemas), e.g. to list them in a system prompt. */
@@ -102,8 +114,8 @@ export class SimpleToolTransform<T extends Record<string, z.ZodType> = Record<st
     }));
   }
 
-  protected override async runTools(message: ChatMessage, row: number, options: EnvCallOptions): Promise<readonly string[] | null> {
-    const calls = parseToolCalls(message);
+  protected override async runTools(message: ChatMessage, row: number, options: ToolRunOptions): Promise<readonly string[] | null> {
+    const calls = this.parser(message);
     if (calls.length === 0) return null;
     const results: string[] = [];
     for (const call of calls) {
@@ -122,7 +134,7 @@ export class SimpleToolTransform<T extends Record<string, z.ZodType> = Record<st
         continue;
       }
       const outcome = await withDeadline(`tool ${call.name}`, this.timeoutMs, options.signal, (signal) =>
-        Promise.resolve().then(() => tool.run(args.data, { signal, row })),
+        Promise.resolve().then(() => tool.run(args.data, { signal, row, ...(options.history === undefined ? {} : { history: options.history }) })),
       );
       if (outcome.kind === "value") results.push(toolSucceeded(call.name, resultText(outcome.value)));
       else if (outcome.kind === "timeout") results.push(toolFailed(call.name, `timed out after ${this.timeoutMs} ms`));

@@ -5,7 +5,7 @@
  * that fails produces an error message, never an exception: the episode goes on.
  */
 import { z } from "zod";
-import type { ChatMessage, HistoryBatch } from "../../data/index.js";
+import type { ChatMessage, History, HistoryBatch } from "../../data/index.js";
 import type { TensorDict } from "../../tensordict/index.js";
 import { ChatEnv } from "../chat-env.js";
 import type { EnvCallOptions } from "../env-base.js";
@@ -26,8 +26,17 @@ export const ToolTransformOptionsSchema = z.strictObject({
 /** Options of {@link ToolTransformBase}. */
 export type ToolTransformOptions = z.input<typeof ToolTransformOptionsSchema>;
 
+/** What a tool transform's {@link ToolTransformBase.runTools} gets besides the message and the row. */
+export interface ToolRunOptions extends EnvCallOptions {
+  /**
+   * The row's conversation, the message being answered included (in an env step: `("next", "history", "prompt")`
+   * of the row); absent when {@link ToolTransformBase.toolMessages} is called without one.
+   */
+  readonly history?: History;
+}
+
 /** Options of {@link ToolTransformBase.toolMessages}. */
-export interface ToolCallOptions extends EnvCallOptions {
+export interface ToolCallOptions extends ToolRunOptions {
   /** The batch row the message belongs to (default 0): persistent tools keep one state per row. */
   readonly row?: number;
 }
@@ -52,12 +61,15 @@ export abstract class ToolTransformBase extends Transform {
   }
 
   /** The results of the calls for this tool in `message` (one string per call), or `null` when there are none. */
-  protected abstract runTools(message: ChatMessage, row: number, options: EnvCallOptions): Promise<readonly string[] | null>;
+  protected abstract runTools(message: ChatMessage, row: number, options: ToolRunOptions): Promise<readonly string[] | null>;
 
   /** The `tool` messages this transform answers `message` with (`[]` when it holds no call for this tool). */
   async toolMessages(message: ChatMessage | string, options: ToolCallOptions = {}): Promise<ChatMessage[]> {
     const msg: ChatMessage = typeof message === "string" ? { role: "assistant", content: message } : message;
-    const results = await this.runTools(msg, options.row ?? 0, options.signal === undefined ? {} : { signal: options.signal });
+    const results = await this.runTools(msg, options.row ?? 0, {
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+      ...(options.history === undefined ? {} : { history: options.history }),
+    });
     return (results ?? []).map((content) => ({ role: this.toolRole, content }));
   }
 
@@ -74,7 +86,7 @@ export abstract class ToolTransformBase extends Transform {
     const messages = policyMessages(td, prompts, policyRole);
     const done = readFlags(next, DONE_KEY);
     const results = await mapLimited(messages, this.maxConcurrency, async (message, row) =>
-      message === undefined || done[row] === true ? null : this.runTools(message, row, options),
+      message === undefined || done[row] === true ? null : this.runTools(message, row, { ...options, history: prompts.row(row) }),
     );
     if (results.every((r) => r === null || r.length === 0)) return next;
     const added = results.map((r) => (r === null ? null : r.map((content): ChatMessage => ({ role: this.toolRole, content }))));
