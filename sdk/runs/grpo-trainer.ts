@@ -109,8 +109,9 @@ interface Parts {
  * transform computes the group advantages; each step takes the oldest `promptsPerStep` groups, the worker-bound
  * `Trainer` takes one optimizer step, and the weight sync moves the policy version. With `async: { maxPolicyAge: k }`
  * the collector runs up to k versions ahead in the background while the trainer trains (k = 0 is the synchronous
- * algorithm; without `async` the collector is iterated one batch per step, with the same results). `evaluate()` measures the held-out reward (greedy by default). The run's face
- * (`run`, `train`, `summary`, `stop`, `evaluate`, `close`) is `TrainingRun` (written once in `RunBase`).
+ * algorithm; without `async` the collector is iterated one batch per step, with the same results). `evaluate()`
+ * measures the held-out reward (greedy by default). The run's face (`run`, `train`, `summary`, `stop`, `evaluate`,
+ * `close`) is `TrainingRun` (written once in `RunBase`).
  */
 export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
   readonly #parts: Parts;

@@ -167,9 +167,7 @@ describe("examples/", () => {
 
   it.each(examples)("%s runs in quick mode and exits 0", { timeout: EXAMPLE_TIMEOUT_MS }, async (name) => {
     const expected = EXPECTED[name];
-    const started = performance.now();
     const run = await runTsx(join("examples", name), expected?.args ?? [], { POSTTRAIN_QUICK: "1" });
-    const seconds = (performance.now() - started) / 1000;
     expect(run.code, `exit code of ${name}; stderr:\n${run.stderr}`).toBe(0);
     const lines = run.stdout.split("\n");
     let from = 0;
@@ -179,7 +177,5 @@ describe("examples/", () => {
       from = at + 1;
     }
     expected?.check?.(run.stdout);
-    // computeFor(10) in the quick start must have been cut short by its AbortSignal.
-    if (name === "quickstart.ts") expect(seconds).toBeLessThan(20);
   });
 });
