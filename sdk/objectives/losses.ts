@@ -7,8 +7,12 @@ import { z } from "zod";
 import { parseOptions } from "../core/index.js";
 
 /** How per-token loss terms are reduced (TorchRL's `aggregation`). */
-export const AGGREGATIONS = ["token_mean", "prompt_mean", "none"] as const;
-/** TorchRL's aggregations: `token_mean` (Σ over masked tokens / their count), `prompt_mean`, `none`. */
+export const AGGREGATIONS = ["token_mean", "prompt_mean", "seq_mean_token_sum", "none"] as const;
+/**
+ * TorchRL's aggregations: `token_mean` (Σ over masked tokens / their count), `prompt_mean` (each sequence's token
+ * mean, averaged over sequences), `none`; and verl's `seq_mean_token_sum` (each sequence's token sum, averaged over
+ * sequences).
+ */
 export type Aggregation = (typeof AGGREGATIONS)[number];
 
 /** TRL's `loss_type` normalisations, so that TRL users reproduce their runs. */

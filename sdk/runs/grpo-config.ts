@@ -4,6 +4,7 @@
  */
 import { z } from "zod";
 import { createLoss, LOSS_REGISTRY, LOSS_VARIANTS, type LossConfigLike } from "../objectives/index.js";
+import { PARALLEL_STRATEGIES } from "../trainers/options.js";
 import {
   CheckpointConfigSchema,
   checkLength,
@@ -63,37 +64,67 @@ export const LogConfigSchema = z.strictObject({
   samplesPerStep: z.number().int().min(0).default(2),
 });
 
-/** The trainer role: worker processes (default 1). */
-const TrainerRoleSchema = z.strictObject({ count: z.number().int().min(1).default(1) });
-
-/** The generator role: worker processes (default 0, or what `layout` implies). */
-const GeneratorRoleSchema = z.strictObject({ count: z.number().int().min(0).optional() });
+/** Where a role's workers compute: `"auto"` (CUDA when there is a GPU), `"cpu"` or `"cuda"`; default `model.device`. */
+const RoleDeviceSchema = z.enum(["auto", "cpu", "cuda"]);
 
 /**
- * Which workers play which role: `trainer` (the policy's optimizer; one for now) and `generator` (count 0, the
- * default: the trainer's worker also generates, sharing the weights; count ≥ 1: that many generator workers, each
- * sampling a share of every batch, the weights sent to them over ZeroMQ after each step). `layout` is the older
- * shorthand: `"colocated"` = generator count 0, `"separate"` = generator count 1.
+ * The trainer role: `count` ranks (default 1; more form a data-parallel trainer group on torch.distributed, the
+ * batch split over them by token count), how they train together (`strategy`, default `"ddp"`; `"fsdp"` shards
+ * the policy over them), and `gradientCheckpointing` (default false).
+ */
+const TrainerRoleSchema = z.strictObject({
+  count: z.number().int().min(1).default(1),
+  device: RoleDeviceSchema.optional(),
+  strategy: z.enum(PARALLEL_STRATEGIES).default("ddp"),
+  gradientCheckpointing: z.boolean().default(false),
+});
+
+/** The generator role: worker processes (default 0, or what `layout` implies). */
+const GeneratorRoleSchema = z.strictObject({ count: z.number().int().min(0).optional(), device: RoleDeviceSchema.optional() });
+
+/**
+ * The reference role (a KL term, `klToRefCoeff > 0`): `count` 0 (the default) keeps a frozen copy of the policy in
+ * each trainer rank's worker; 1 loads the initial policy in a worker of its own, which scores every batch.
+ */
+const ReferenceRoleSchema = z.strictObject({ count: z.union([z.literal(0), z.literal(1)]).default(0), device: RoleDeviceSchema.optional() });
+
+/** A role's `device` only when it is given (so a config without one reads back the same). */
+function withDevice<T extends object>(role: T, device: z.output<typeof RoleDeviceSchema> | undefined): T & { device?: z.output<typeof RoleDeviceSchema> } {
+  return device === undefined ? role : { ...role, device };
+}
+
+/**
+ * Which workers play which role: `trainer` (`count` ranks of the policy's optimizer: workers 0..count−1),
+ * `generator` (count 0, the default: the trainer's worker, rank 0, also generates, sharing the weights; count ≥ 1:
+ * that many generator workers, each sampling a share of every batch, the weights sent to them over ZeroMQ after each
+ * step) and `reference` (count 0 or 1, the last worker). Each role may compute on its own `device`. `layout` is the
+ * older shorthand: `"colocated"` = generator count 0, `"separate"` = generator count 1.
  */
 export const WorkersConfigSchema = z
   .strictObject({
     layout: z.enum(["colocated", "separate"]).optional(),
     trainer: TrainerRoleSchema.prefault({}),
     generator: GeneratorRoleSchema.prefault({}),
+    reference: ReferenceRoleSchema.prefault({}),
   })
   .superRefine((w, ctx) => {
-    if (w.trainer.count > 1) {
-      ctx.addIssue({ code: "custom", path: ["trainer", "count"], message: "data-parallel trainers (count > 1) are not supported yet; use 1" });
-    }
     const implied = w.layout === undefined ? undefined : w.layout === "separate" ? 1 : 0;
     const count = w.generator.count;
     if (implied !== undefined && count !== undefined && (implied === 0) !== (count === 0)) {
       ctx.addIssue({ code: "custom", path: ["generator", "count"], message: `${count} contradicts layout "${w.layout}"; give one of the two` });
     }
+    if (w.trainer.count > 1 && w.trainer.strategy === "fsdp" && (count ?? implied ?? 0) === 0) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["generator", "count"],
+        message: "fsdp shards the policy: colocated generation needs the full weights; give workers.generator.count >= 1",
+      });
+    }
   })
   .transform((w) => ({
-    trainer: { count: w.trainer.count },
-    generator: { count: w.generator.count ?? (w.layout === "separate" ? 1 : 0) },
+    trainer: withDevice({ count: w.trainer.count, strategy: w.trainer.strategy, gradientCheckpointing: w.trainer.gradientCheckpointing }, w.trainer.device),
+    generator: withDevice({ count: w.generator.count ?? (w.layout === "separate" ? 1 : 0) }, w.generator.device),
+    reference: withDevice({ count: w.reference.count }, w.reference.device),
   }));
 
 /**
@@ -151,6 +182,13 @@ export const GRPOTrainerConfigSchema = z
   })
   .superRefine(checkLength)
   .superRefine((c, ctx) => {
+    if (c.workers.reference.count === 1 && c.klToRefCoeff === 0) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["workers", "reference", "count"],
+        message: "a reference worker scores the KL-to-reference term: set klToRefCoeff > 0, or leave the count at 0",
+      });
+    }
     const groups = c.async?.bufferGroups;
     if (groups !== undefined && groups < c.promptsPerStep) {
       ctx.addIssue({

@@ -7,11 +7,11 @@
 import { z } from "zod";
 import type { RequestOptions } from "../../bridge/index.js";
 import { CollectorStateError } from "../collectors/errors.js";
+import { GeneratorPool, stepSeed } from "../collectors/generator-pool.js";
 import { LLMCollector } from "../collectors/llm-collector.js";
 import { InvalidArgumentError } from "../core/errors.js";
 import { parseOptions } from "../core/index.js";
 import type { JSONValue } from "../data/index.js";
-import { lazyCat } from "../data/replay-buffer/collate.js";
 import { MCAdvantage } from "../data/replay-buffer/mc-advantage.js";
 import { ReplayBuffer } from "../data/replay-buffer/replay-buffer.js";
 import { LazyStackStorage } from "../data/replay-buffer/storage.js";
@@ -22,6 +22,7 @@ import { Tensor, type TensorDict } from "../tensordict/index.js";
 import { ReferenceModel } from "../trainers/reference.js";
 import { Trainer } from "../trainers/trainer.js";
 import { SharedWeightSyncScheme, ZMQWeightSyncScheme, type WeightEndpoint, type WeightSyncScheme } from "../trainers/weight-sync.js";
+import type { WorkerClient } from "../workers/client.js";
 import type { WorkerPool } from "../workers/pool.js";
 import { evaluateOnEnv } from "./evaluation.js";
 import {
@@ -37,7 +38,20 @@ import type { EvalRecord } from "./records.js";
 import { RunBase } from "./run-base.js";
 import { RunDirectory } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
-import { createPolicyTrainer, loadPolicy, logger, modelPath, openPool, POLICY_MODEL, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
+import {
+  createPolicyTrainer,
+  loadPolicy,
+  logger,
+  modelPath,
+  openPool,
+  POLICY_MODEL,
+  poolDevice,
+  REFERENCE_MODEL,
+  roleDevice,
+  runLength,
+  RunOptionsSchema,
+  type RunOptions,
+} from "./setup.js";
 import { createTaskEnv, type TaskEnv } from "./task-env.js";
 
 /** Options of {@link GRPOTrainer.create} besides the config. */
@@ -75,6 +89,8 @@ interface Parts {
   readonly runDir: RunDirectory;
   readonly pool: WorkerPool;
   readonly ownsPool: boolean;
+  /** The workers of the run's roles (trainer ranks, generators, reference): those `close()` unloads from a given pool. */
+  readonly workers: readonly WorkerClient[];
   readonly trainer: Trainer;
   /** The generator workers (the trainer's worker when colocated) and the model each generates with. */
   readonly generators: readonly WeightEndpoint[];
@@ -116,6 +132,7 @@ interface Parts {
 export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
   readonly #parts: Parts;
   readonly #collector: LLMCollector;
+  readonly #generatorPool: GeneratorPool;
   readonly #evalPolicy: TransformersWrapper;
   /** The data position after each collected batch not yet trained, by batch number. */
   readonly #positions = new Map<number, JSONValue>();
@@ -166,11 +183,12 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
       storage: new LazyStackStorage({ maxSize: groups * G }),
       transforms: [new MCAdvantage({ groupSize: G, promptKey: ["history", "prompt"] })],
     });
+    this.#generatorPool = new GeneratorPool(policies, { groupSize: G });
     let batchNumber = parts.startStep;
     this.#trainedPosition = env.position();
     this.#collector = new LLMCollector({
       env: env.env,
-      policy: seededPolicy(policies, G, config.seed, parts.startStep),
+      policy: seededPolicy(this.#generatorPool, config.seed, parts.startStep),
       dialogTurnsPerBatch: config.promptsPerStep * G,
       // the steps left: the collector's gate keeps every batch within maxPolicyAge, so none is dropped or extra
       totalDialogTurns: Math.max(1, parts.totalSteps - parts.startStep) * config.promptsPerStep * G,
@@ -213,6 +231,11 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     return this.#collector;
   }
 
+  /** The collector's policy over the generators: which generator sampled what (`stats`: rows, calls, busy time). */
+  get generatorPool(): GeneratorPool {
+    return this.#generatorPool;
+  }
+
   /**
    * Checks the config (an `InvalidArgumentError` names the field, the value and what is allowed), prepares the run
    * directory, starts the workers (or uses `options.pool`), loads or builds the model, creates the trainer, and with
@@ -252,22 +275,36 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     const totalSteps = runLength(c.steps, c.epochs, c.epochs === undefined ? null : await probe.epochSize(), c.promptsPerStep, where);
     const runDir = new RunDirectory(c.runDir);
     const resumable = await runDir.prepare(o.resume);
-    if (resumable) await runDir.checkResumable(c, FREE_FIELDS);
+    if (resumable) await runDir.checkResumable(c, FREE_FIELDS, GRPOTrainerConfigSchema);
     await runDir.writeConfig(c);
 
-    const generatorCount = c.workers.generator.count;
-    const { pool, owned } = await openPool(c.model, 1 + generatorCount, o.pool, o.signal);
+    // workers 0..T−1 are the trainer ranks, the generators come next, the reference worker (if any) last
+    const roles = c.workers;
+    const generatorCount = roles.generator.count;
+    const devices = { trainer: roleDevice(c.model, roles.trainer), generator: roleDevice(c.model, roles.generator), reference: roleDevice(c.model, roles.reference) };
+    const used = [devices.trainer, ...(generatorCount > 0 ? [devices.generator] : []), ...(roles.reference.count > 0 ? [devices.reference] : [])];
+    const workerCount = roles.trainer.count + generatorCount + roles.reference.count;
+    const { pool, owned } = await openPool(c.model, workerCount, o.pool, o.signal, poolDevice(used));
     try {
-      const worker = pool.worker(0);
+      const ranks = pool.workers.slice(0, roles.trainer.count);
+      const worker = ranks[0]!;
       const path = await modelPath(c.model, runDir, c.seed, log);
-      await loadPolicy(worker, path, c.model);
-      const reference = c.klToRefCoeff > 0 ? await ReferenceModel.copyOf(worker, POLICY_MODEL, "ref") : null;
-      const trainer = await createPolicyTrainer(worker, c, lossOf(c), totalSteps, reference);
+      await Promise.all(ranks.map((w) => loadPolicy(w, path, c.model, { device: devices.trainer })));
+      let reference: ReferenceModel | readonly ReferenceModel[] | null = null;
+      if (c.klToRefCoeff > 0 && roles.reference.count === 1) {
+        const refWorker = pool.worker(roles.trainer.count + generatorCount);
+        await loadPolicy(refWorker, path, c.model, { device: devices.reference, name: REFERENCE_MODEL });
+        reference = new ReferenceModel(refWorker, REFERENCE_MODEL);
+      } else if (c.klToRefCoeff > 0) {
+        // a frozen copy in every rank's worker, each rank scoring its own shard
+        reference = await Promise.all(ranks.map((w) => ReferenceModel.copyOf(w, POLICY_MODEL, REFERENCE_MODEL)));
+      }
+      const trainer = await createPolicyTrainer(ranks, c, lossOf(c), totalSteps, reference, roles.trainer);
       let generators: WeightEndpoint[];
       let sync: WeightSyncScheme;
       if (generatorCount > 0) {
-        generators = Array.from({ length: generatorCount }, (_, i) => ({ worker: pool.worker(1 + i), model: POLICY_MODEL }));
-        for (const g of generators) await loadPolicy(g.worker, path, c.model);
+        generators = Array.from({ length: generatorCount }, (_, i) => ({ worker: pool.worker(roles.trainer.count + i), model: POLICY_MODEL }));
+        await Promise.all(generators.map((g) => loadPolicy(g.worker, path, c.model, { device: devices.generator })));
         // collecting ahead: the trainer hands over a copy of its weights and trains on while the generators receive it
         sync = new ZMQWeightSyncScheme(trainer, generators, { background: maxPolicyAgeOf(c) > 0 });
       } else {
@@ -300,6 +337,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
         runDir,
         pool,
         ownsPool: owned,
+        workers: pool.workers.slice(0, workerCount),
         trainer,
         generators,
         sync,
@@ -329,9 +367,9 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
       await p.pool.close();
       return;
     }
-    await p.trainer.close().catch(() => undefined);
-    for (const w of new Set([p.trainer.worker, ...p.generators.map((g) => g.worker)])) {
-      for (const name of [POLICY_MODEL, GENERATOR_MODEL, "ref"]) await w.unloadModel(name).catch(() => undefined);
+    await p.trainer.close().catch(() => undefined); // a trainer group also leaves its process group on every rank
+    for (const w of p.workers) {
+      for (const name of [POLICY_MODEL, GENERATOR_MODEL, REFERENCE_MODEL]) await w.unloadModel(name).catch(() => undefined);
     }
   }
 
@@ -384,28 +422,12 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
 
 /**
  * The collector's policy: every call samples with a seed derived from the run's seed and the call's number (so a run
- * and its resume are reproducible), its rows shared out over the generators in whole groups.
+ * and its resume are reproducible), its groups pulled in chunks by whichever generator is free (`GeneratorPool`).
  */
-function seededPolicy(policies: readonly TransformersWrapper[], groupSize: number, seed: number, firstCall: number): Policy {
+function seededPolicy(generators: GeneratorPool, seed: number, firstCall: number): Policy {
   let call = firstCall;
-  return async (td: TensorDict, options: RequestOptions): Promise<TensorDict> => {
-    const base = stepSeed(seed, call++);
-    if (policies.length === 1) return policies[0]!.forward(td, { ...options, seed: base });
-    const rows = td.numel();
-    const groups = Math.ceil(rows / groupSize);
-    const per = Math.ceil(groups / policies.length) * groupSize;
-    const flat = td.reshape([rows]);
-    const parts = await Promise.all(
-      policies
-        .map((policy, i) => ({ policy, start: i * per, stop: Math.min(rows, (i + 1) * per) }))
-        .filter(({ start, stop }) => start < stop)
-        .map(({ policy, start, stop }, i) => policy.forward(flat.index({ start, stop }), { ...options, seed: stepSeed(base, i) })),
-    );
-    return lazyCat(parts).reshape(td.batchSize);
-  };
+  return (td: TensorDict, options: RequestOptions): Promise<TensorDict> => generators.forward(td, { ...options, seed: stepSeed(seed, call++) });
 }
 
-/** The sampling seed of call `call` of a run seeded with `seed`. */
-export function stepSeed(seed: number, call: number): number {
-  return (seed * 1_000_003 + call) % Number.MAX_SAFE_INTEGER;
-}
+/** The sampling seed of call `call` of a run seeded with `seed` (defined with `GeneratorPool`, which derives its chunks' seeds with it). */
+export { stepSeed };

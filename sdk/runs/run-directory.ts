@@ -7,6 +7,7 @@
 import { mkdir, open, readdir, rename, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
+import type { z } from "zod";
 import { parseJSONLines, readOptional, writeReport, type MetricRecord, type SampleRecord } from "../reports/index.js";
 import { RunConfigMismatchError, RunDirectoryError } from "./errors.js";
 
@@ -199,10 +200,14 @@ export class RunDirectory {
 
   /**
    * Checks that `current` (a resolved config) matches the saved `config.yaml` in every field except those under
-   * `free` (top-level keys such as `steps`); a difference is a {@link RunConfigMismatchError} naming the field.
+   * `free` (top-level keys such as `steps`); a difference is a {@link RunConfigMismatchError} naming the field. The
+   * saved config is first resolved with `schema` when it parses, so a field added later with a default does not
+   * count as a difference.
    */
-  async checkResumable(current: unknown, free: readonly string[]): Promise<void> {
-    const saved = await this.readConfig();
+  async checkResumable(current: unknown, free: readonly string[], schema?: z.ZodType): Promise<void> {
+    const raw = await this.readConfig();
+    const resolved = schema?.safeParse(raw);
+    const saved = resolved?.success === true ? resolved.data : raw;
     const field = firstDifference(normalise(saved), normalise(current), [], new Set(free));
     if (field !== undefined) throw new RunConfigMismatchError(this.path, field.path, field.saved, field.current);
   }

@@ -10,6 +10,7 @@ import { makeTinyModel } from "../models/tiny.js";
 import type { WorkerClient } from "../workers/client.js";
 import { WorkerPool } from "../workers/pool.js";
 import type { LossConfigLike } from "../objectives/losses.js";
+import type { ParallelStrategy } from "../trainers/options.js";
 import type { ReferenceModel } from "../trainers/reference.js";
 import { Trainer } from "../trainers/trainer.js";
 import { toOptimizerConfig, toScheduleConfig, type ModelConfigSchema, type RunOptimizerSchema, type RunScheduleSchema } from "./config-blocks.js";
@@ -35,6 +36,9 @@ type ModelConfig = z.output<typeof ModelConfigSchema>;
 /** The model name the policy is loaded under in its worker(s). */
 export const POLICY_MODEL = "policy";
 
+/** The model name of the frozen reference (a copy of the initial policy) in its worker(s). */
+export const REFERENCE_MODEL = "ref";
+
 async function exists(path: string): Promise<boolean> {
   try {
     await access(path);
@@ -44,13 +48,36 @@ async function exists(path: string): Promise<boolean> {
   }
 }
 
-/** The workers of a run: `pool` when given, else `count` local workers on the model's device. */
-export async function openPool(model: ModelConfig, count: number, pool: WorkerPool | undefined, signal: AbortSignal | undefined): Promise<{ pool: WorkerPool; owned: boolean }> {
+/** Where workers compute: `"auto"` (CUDA when there is a GPU), `"cpu"` or `"cuda"`. */
+export type RunDevice = ModelConfig["device"];
+
+/** The device of a role: its own `device` when given, else the model's. */
+export function roleDevice(model: ModelConfig, role: { readonly device?: RunDevice | undefined }): RunDevice {
+  return role.device ?? model.device;
+}
+
+/** The device to start a pool on for roles computing on `devices`: `"cuda"` if one asks for it, `"cpu"` if all do. */
+export function poolDevice(devices: readonly RunDevice[]): RunDevice {
+  if (devices.includes("cuda")) return "cuda";
+  return devices.length > 0 && devices.every((d) => d === "cpu") ? "cpu" : "auto";
+}
+
+/**
+ * The workers of a run: `pool` when given, else `count` local workers on `device` (default the model's; each role
+ * then loads its models on its own device, see {@link loadPolicy}).
+ */
+export async function openPool(
+  model: ModelConfig,
+  count: number,
+  pool: WorkerPool | undefined,
+  signal: AbortSignal | undefined,
+  device: RunDevice = model.device,
+): Promise<{ pool: WorkerPool; owned: boolean }> {
   if (pool !== undefined) {
     if (pool.size < count) throw new InvalidArgumentError(`options.pool: the run needs ${count} workers, the pool has ${pool.size}`);
     return { pool, owned: false };
   }
-  const opened = await WorkerPool.local({ workers: count, device: model.device, ...(signal !== undefined ? { signal } : {}) });
+  const opened = await WorkerPool.local({ workers: count, device, ...(signal !== undefined ? { signal } : {}) });
   return { pool: opened, owned: true };
 }
 
@@ -67,9 +94,18 @@ export async function modelPath(model: ModelConfig, runDir: RunDirectory, seed: 
   return built.path;
 }
 
-/** Loads the policy into `worker` under {@link POLICY_MODEL}. */
-export async function loadPolicy(worker: WorkerClient, path: string, model: ModelConfig): Promise<void> {
-  await worker.loadModel({ name: POLICY_MODEL, path, dtype: model.dtype, replace: true });
+/** Options of {@link loadPolicy}. */
+export interface LoadPolicyOptions {
+  /** `"cpu"` or `"cuda"` loads there; `"auto"` (the default) on the worker's own device. */
+  readonly device?: RunDevice;
+  /** The name in the worker (default {@link POLICY_MODEL}). */
+  readonly name?: string;
+}
+
+/** Loads the policy at `path` into `worker` under {@link POLICY_MODEL} (or `options.name`), on `options.device`. */
+export async function loadPolicy(worker: WorkerClient, path: string, model: ModelConfig, options: LoadPolicyOptions = {}): Promise<void> {
+  const device = options.device === undefined || options.device === "auto" ? {} : { device: options.device };
+  await worker.loadModel({ name: options.name ?? POLICY_MODEL, path, dtype: model.dtype, replace: true, ...device });
 }
 
 /** The run-config fields of the policy's `Trainer` (optimizer, schedule, clipping, micro-batching). */
@@ -80,24 +116,40 @@ interface TrainerFields {
   readonly microBatchTokens: number | null;
 }
 
-/** The trainer of the policy in `worker`, from the run config's fields, its schedule ending at `totalSteps`. */
+/** How the trainer ranks of a run train (the run config's `workers.trainer`). */
+export interface TrainerRoleFields {
+  /** `"ddp"` or `"fsdp"`, when there are several ranks. */
+  readonly strategy: ParallelStrategy;
+  readonly gradientCheckpointing: boolean;
+}
+
+/**
+ * The trainer of the policy in `workers` (one worker, or the ranks of a data-parallel group), from the run config's
+ * fields, its schedule ending at `totalSteps`. `reference` is a model outside the ranks, or one per rank in the ranks'
+ * workers (one in the worker of a single trainer).
+ */
 export function createPolicyTrainer(
-  worker: WorkerClient,
+  workers: WorkerClient | readonly WorkerClient[],
   config: TrainerFields,
   loss: LossConfigLike,
   totalSteps: number,
-  reference: ReferenceModel | null,
+  reference: ReferenceModel | readonly ReferenceModel[] | null,
+  role: TrainerRoleFields = { strategy: "ddp", gradientCheckpointing: false },
 ): Promise<Trainer> {
-  return Trainer.create(worker, {
+  const ranks = Array.isArray(workers) ? (workers as readonly WorkerClient[]) : [workers as WorkerClient];
+  const options = {
     model: POLICY_MODEL,
     loss,
     optimizer: toOptimizerConfig(config.optimizer),
     schedule: toScheduleConfig(config.schedule, totalSteps),
     gradClip: config.gradClip,
     microBatchTokens: config.microBatchTokens,
-    reference,
+    gradientCheckpointing: role.gradientCheckpointing,
     replace: true,
-  });
+  };
+  if (ranks.length > 1) return Trainer.createGroup(ranks, { ...options, reference, parallel: { strategy: role.strategy } });
+  const single = Array.isArray(reference) ? (reference as readonly ReferenceModel[])[0]! : (reference as ReferenceModel | null);
+  return Trainer.create(ranks[0]!, { ...options, reference: single });
 }
 
 /**

@@ -98,7 +98,7 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     const log = logger(o.log);
     const runDir = new RunDirectory(c.runDir);
     const resumable = await runDir.prepare(o.resume);
-    if (resumable) await runDir.checkResumable(c, FREE_FIELDS);
+    if (resumable) await runDir.checkResumable(c, FREE_FIELDS, SFTTrainerConfigSchema);
     await runDir.writeConfig(c);
     const { pool, owned } = await openPool(c.model, 1, o.pool, o.signal);
     try {

@@ -109,6 +109,11 @@ export const TrainerOptionsSchema = z.strictObject({
   autocast: z.enum(["bfloat16"]).nullable().default(null),
   /** Train LoRA adapters instead of every weight. Default `null`. */
   lora: LoraSchema.nullable().default(null),
+  /**
+   * Recompute each layer's activations during the backward instead of keeping them (Hugging Face gradient
+   * checkpointing, non-reentrant): less memory for longer sequences, about one more forward of compute. Default false.
+   */
+  gradientCheckpointing: z.boolean().default(false),
   /** Replace a trainer already bound to `model` in that worker (default false: `TRAINER_EXISTS`). */
   replace: z.boolean().default(false),
 });
@@ -118,3 +123,46 @@ export type TrainerOptions = z.input<typeof TrainerOptionsSchema>;
 
 /** Options of `Trainer.create` with the defaults filled in. */
 export type ResolvedTrainerOptions = z.output<typeof TrainerOptionsSchema>;
+
+/** Data-parallel strategies of a trainer group: `"ddp"` (DistributedDataParallel) or `"fsdp"` (FSDP2). */
+export const PARALLEL_STRATEGIES = ["ddp", "fsdp"] as const;
+
+/** One of {@link PARALLEL_STRATEGIES}. */
+export type ParallelStrategy = (typeof PARALLEL_STRATEGIES)[number];
+
+/**
+ * How the ranks of a trainer group (`Trainer.createGroup`) train together: one torch.distributed process group of
+ * their workers, the model wrapped with DDP (every rank holds all the weights) or sharded with FSDP2 (parameters,
+ * gradients and optimizer state split over the ranks; rank 0 keeps a full CPU copy for weight sync and saving).
+ */
+export const ParallelOptionsSchema = z.strictObject({
+  /** `"ddp"` or `"fsdp"`. */
+  strategy: z.enum(PARALLEL_STRATEGIES),
+  /** The torch.distributed backend; default `"nccl"` when the model is on a CUDA device, else `"gloo"`. */
+  backend: z.enum(["gloo", "nccl"]).optional(),
+  /** The group's TCP store, `tcp://host:port`, hosted by rank 0's worker; default a free loopback port. */
+  initMethod: z.string().regex(/^tcp:\/\/.+:\d+$/, "expected tcp://host:port").optional(),
+  /** Timeout of the group's setup and of every collective, in ms. Default 120 000. */
+  timeoutMs: z.number().int().min(1).default(120_000),
+});
+
+/** Options of a trainer group (input form). */
+export type ParallelOptions = z.input<typeof ParallelOptionsSchema>;
+
+/** A trainer group's `parallel` options as it runs: the defaults filled in, the backend and the store chosen. */
+export type ResolvedParallelOptions = Required<z.output<typeof ParallelOptionsSchema>>;
+
+/**
+ * Options of `Trainer.createGroup`: those of `Trainer.create`, `parallel`, and `reference` either in a worker outside
+ * the group (it scores the whole batch before it is split) or one per rank, each in that rank's worker
+ * (`ReferenceModel.copyOf` on every rank), scored there.
+ */
+export const TrainerGroupOptionsSchema = TrainerOptionsSchema.extend({
+  /** How the ranks train together. */
+  parallel: ParallelOptionsSchema,
+  /** A reference model outside the group, or one per rank in rank order (each in its rank's worker). Default none. */
+  reference: z.union([z.instanceof(ReferenceModel), z.array(z.instanceof(ReferenceModel)).min(1).readonly()]).nullable().default(null),
+});
+
+/** Options of `Trainer.createGroup` (input form: defaults may be left out). */
+export type TrainerGroupOptions = z.input<typeof TrainerGroupOptionsSchema>;

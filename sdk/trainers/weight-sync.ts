@@ -9,13 +9,13 @@
  * - {@link DistributedWeightSyncScheme}: a torch.distributed broadcast (gloo on CPU, NCCL on GPU) in a
  *   process group of the trainer's worker and the generators' workers.
  */
-import { createServer } from "node:net";
 import { z } from "zod";
 import type { RequestOptions } from "../../bridge/index.js";
 import { InvalidArgumentError } from "../core/errors.js";
 import type { WorkerClient } from "../workers/client.js";
 import type { MethodResult } from "../workers/methods.js";
 import { parseOptions } from "../core/validation.js";
+import { freePort } from "./free-port.js";
 
 /** A model in a worker: a trainer (`{ worker, model }`) or a generator. */
 export interface WeightEndpoint {
@@ -259,21 +259,6 @@ export const DistributedWeightSyncOptionsSchema = z.strictObject({
 
 /** Options of {@link DistributedWeightSyncScheme.init} (input form). */
 export type DistributedWeightSyncOptions = z.input<typeof DistributedWeightSyncOptionsSchema>;
-
-/** A free TCP port on the loopback interface (for a local process group's store). */
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address !== null ? address.port : 0;
-      server.close(() => {
-        resolve(port);
-      });
-    });
-  });
-}
 
 /**
  * A torch.distributed process group of the trainer's worker (rank 0) and the generators' workers (ranks 1..n);

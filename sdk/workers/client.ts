@@ -12,6 +12,7 @@ import {
   type WorkerMethodName,
 } from "./methods.js";
 import type { LoadModelOptions, ModelInfo } from "./models.js";
+import type { WeightsDigest } from "./weight-results.js";
 
 /** A checked reply: the method's result and the payloads that came with it. */
 export interface MethodReply<M extends WorkerMethodName> {
@@ -138,6 +139,19 @@ export class WorkerClient {
     requestOptions: RequestOptions = {},
   ): Promise<TensorDict> {
     return this.modelCall("apply_chat_template", { ...options, model }, conversations, requestOptions);
+  }
+
+  /**
+   * A fingerprint of the weights of the loaded model `model`: sha256 over every parameter's name, dtype, shape and raw
+   * bytes (what a weight sync sends: a LoRA model's merged weights), with its policy version. Equal digests mean
+   * bit-identical weights, e.g. every generator after a sync (`MODEL_NOT_LOADED` when there is no such model).
+   *
+   * ```ts
+   * const same = (await a.weightsDigest("policy")).digest === (await b.weightsDigest("policy")).digest;
+   * ```
+   */
+  async weightsDigest(model: string, requestOptions: RequestOptions = {}): Promise<WeightsDigest> {
+    return (await this.invoke("weights_digest", { model }, [], requestOptions, "weightsDigest")).result;
   }
 
   /** A method on a loaded model taking one TensorDict and answering one; options errors say `"<method> options"`. */

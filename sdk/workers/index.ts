@@ -14,6 +14,7 @@ export {
   type ModelBackend,
   type ModelInfo,
 } from "./models.js";
+export type { WeightsDigest } from "./weight-results.js";
 export {
   ChatTemplateOptionsSchema,
   GenerateOptionsSchema,

@@ -17,7 +17,7 @@ import {
   TrainerStateSchema,
   TrainStepResultSchema,
 } from "./trainer-results.js";
-import { DistCloseReplySchema, WeightsGetReplySchema, WeightsListenReplySchema, WeightSyncReplySchema } from "./weight-results.js";
+import { DistCloseReplySchema, WeightsDigestSchema, WeightsGetReplySchema, WeightsListenReplySchema, WeightSyncReplySchema } from "./weight-results.js";
 
 /** What a method takes or answers besides its JSON: nothing, one TensorDict, raw tensors, or any payloads. */
 export type PayloadShape = "none" | "tensordict" | "tensors" | "any";
@@ -76,6 +76,9 @@ export const WORKER_METHODS = {
       autocast: z.enum(["bfloat16"]).nullable(),
       lora: Config.nullable(),
       replace: z.boolean(),
+      /** Data-parallel training in this worker's process group (`dist_init` first); every rank calls it together. */
+      parallel: z.strictObject({ strategy: z.enum(["ddp", "fsdp"]) }).nullable().default(null),
+      gradientCheckpointing: z.boolean().default(false),
     }),
     CreatedSchema,
   ),
@@ -101,6 +104,7 @@ export const WORKER_METHODS = {
   dist_close: method(NoArgs, DistCloseReplySchema),
   weights_broadcast: method(z.strictObject({ model: Name, src: z.number().int().min(0), bucketBytes: BucketBytes }), WeightSyncReplySchema),
   weights_get: method(OnModel, WeightsGetReplySchema, "none", "tensors"),
+  weights_digest: method(OnModel, WeightsDigestSchema),
 } as const satisfies Record<string, WorkerMethod>;
 
 /** A worker method's wire name. */

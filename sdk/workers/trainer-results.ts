@@ -28,6 +28,14 @@ export const LossResultSchema = z.object({
   microBatches: z.number().int().positive(),
   /** The trained model's policy version (moves on each weight sync). */
   policyVersion: z.number().int().nonnegative(),
+  /** In a trainer group (`Trainer.createGroup`): the rank that answered (the counts above are the whole batch's). */
+  rank: z.number().int().nonnegative().optional(),
+  /** In a trainer group: the number of ranks. */
+  worldSize: z.number().int().positive().optional(),
+  /** In a trainer group: the tokens under the loss mask in this rank's shard. */
+  localTokens: z.number().int().nonnegative().optional(),
+  /** In a trainer group: the rows of this rank's shard. */
+  localSequences: z.number().int().nonnegative().optional(),
 });
 
 /** The loss of a batch without a step: {@link LossResultSchema}. */
@@ -62,6 +70,13 @@ export const TrainerStateSchema = z.object({
   refModel: z.string().nullable(),
   autocast: z.string().nullable(),
   lora: z.record(z.string(), z.unknown()).nullable(),
+  /** The trainer group this rank belongs to (`Trainer.createGroup`), or `null` for a trainer of its own. */
+  parallel: z
+    .object({ strategy: z.string(), rank: z.number().int().nonnegative(), worldSize: z.number().int().positive() })
+    .nullable()
+    .default(null),
+  /** Whether activations are recomputed in the backward (`gradientCheckpointing`). */
+  gradientCheckpointing: z.boolean().default(false),
 });
 
 /** A trainer's state in its worker: {@link TrainerStateSchema}. */

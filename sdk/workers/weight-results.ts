@@ -15,3 +15,18 @@ export const DistCloseReplySchema = z.object({ closed: z.boolean() });
 
 /** The reply of `weights_get` (the tensors come as raw payload frames, one per parameter). */
 export const WeightsGetReplySchema = z.object({ policyVersion: z.number().int().nonnegative() });
+
+/** The reply of `weights_digest`: a fingerprint of a model's weights (see `WorkerClient.weightsDigest`). */
+export const WeightsDigestSchema = z.object({
+  /** The model's policy version. */
+  policyVersion: z.number().int().nonnegative(),
+  /** sha256 (hex) over every parameter's name, dtype, shape and raw bytes, in name order. */
+  digest: z.string().regex(/^[0-9a-f]{64}$/),
+  /** Parameters hashed (tied weights once). */
+  tensors: z.number().int().nonnegative(),
+  /** Bytes hashed. */
+  bytes: z.number().int().nonnegative(),
+});
+
+/** A fingerprint of a model's weights: equal digests mean bit-identical weights (`WorkerClient.weightsDigest`). */
+export type WeightsDigest = z.output<typeof WeightsDigestSchema>;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -56,7 +57,7 @@ def test_resuming_reproduces_the_next_steps_exactly(tiny_dir: Path, tmp_path: Pa
     assert {
         "config.json",
         "model.safetensors",
-        "optimizer.pt",
+        "dcp",
         "scheduler.pt",
         "rng.pt",
         "trainer_state.json",
@@ -94,7 +95,7 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint(tiny_dir: Path, tmp
             "save_checkpoint", {"model": "policy", "dir": str(directory), "dataPosition": {"index": 2}}
         )
         deadline = time.monotonic() + 30
-        while not list(tmp_path.glob("ckpt.tmp-*/optimizer.pt")):
+        while not list(tmp_path.glob("ckpt.tmp-*/dcp/.metadata")):
             assert time.monotonic() < deadline, "the save never reached its test-only pause"
             time.sleep(0.05)
         os.kill(worker.proc.pid, signal.SIGKILL)
@@ -130,8 +131,8 @@ def test_checkpoint_errors(tiny_dir: Path, tmp_path: Path) -> None:
         save(client, tmp_path / "ckpt")  # replacing a checkpoint is fine
         create(client, **{**CONFIG, "optimizer": {"type": "sgd", "lr": 0.1}})
         assert "optimizer is 'adamw'" in load_checkpoint(tmp_path / "ckpt", "CHECKPOINT_INVALID")
-        (tmp_path / "ckpt" / "optimizer.pt").unlink()
+        shutil.rmtree(tmp_path / "ckpt" / "dcp")
         create(client, **CONFIG)
-        assert "missing optimizer.pt" in load_checkpoint(tmp_path / "ckpt", "CHECKPOINT_INVALID")
+        assert "missing dcp/" in load_checkpoint(tmp_path / "ckpt", "CHECKPOINT_INVALID")
         error(client.call("save_checkpoint", {"model": "policy"})[0], "BAD_ARGUMENTS")
         assert ok(client.call("trainer_state", {"model": "policy"})[0])["step"] == 0

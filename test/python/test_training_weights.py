@@ -1,10 +1,14 @@
 """Weight sync through real workers: colocated (shared parameters, nothing moves), a copy within one worker,
 raw frames in buckets from one worker straight to another over ZeroMQ (ipc and tcp), and a torch.distributed
 broadcast over gloo. After each sync the generator's log-probs for a fixed sequence equal the trainer's
-(float32, CPU, within 1e-5) where they differed before, and the policy version moves on every sync."""
+(float32, CPU, within 1e-5) where they differed before, and the policy version moves on every sync.
+``weights_digest`` fingerprints a model's weights: equal weights, equal digests; one element changed,
+another."""
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +17,9 @@ from typing import Any
 import pytest
 import torch
 from posttrain_worker.codec import TensorBatch
+from posttrain_worker.codec.types import TORCH_TO_DTYPE
 from posttrain_worker.models import make_tiny_model
+from safetensors.torch import load_file, save_file
 from training_harness import create, rollout, step, weights
 from worker_harness import Client, call, error, load, ok, ragged, worker_client
 
@@ -218,3 +224,62 @@ def test_gloo_broadcast_between_workers(pair: tuple[Client, Client], tiny_dir: P
     assert ok(a) == ok(b) == {"closed": True}
     reply = trainer.call("weights_broadcast", {"model": "policy"})[0]
     assert "no process group" in error(reply, "DISTRIBUTED_ERROR")
+
+
+# ---- weights_digest ------------------------------------------------------------------------------------
+
+
+def digest(client: Client, model: str) -> dict[str, Any]:
+    return ok(client.call("weights_digest", {"model": model}, timeout=60)[0])
+
+
+def expected_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """The documented encoding, from ``weights_get``'s tensors: per tensor in name order, ``name NUL dtype NUL
+    [shape] NUL`` then its raw bytes."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"{name}\0{TORCH_TO_DTYPE[t.dtype]}\0{list(t.shape)}\0".encode())
+        h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def test_weights_digest_fingerprints_the_weights(
+    pair: tuple[Client, Client], tiny_dir: Path, tmp_path: Path
+) -> None:
+    trainer, generator = pair
+    ok(load(trainer, "policy", tiny_dir, replace=True))
+    ok(load(generator, "generator", tiny_dir, replace=True))
+    first, second = digest(trainer, "policy"), digest(generator, "generator")
+    assert first == second  # the same checkpoint in two workers
+    tensors = weights(trainer, "policy")
+    assert first == {
+        "policyVersion": 0,
+        "digest": expected_digest(tensors),
+        "tensors": len(tensors),
+        "bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
+    }
+
+    # one element of one tensor changed: another digest, the same count and size
+    edited = tmp_path / "edited"
+    shutil.copytree(tiny_dir, edited)
+    state = load_file(edited / "model.safetensors")
+    name = sorted(state)[-1]
+    state[name].view(-1)[0] += 1.0
+    save_file(state, edited / "model.safetensors", metadata={"format": "pt"})
+    ok(load(generator, "edited", edited, replace=True))
+    changed = digest(generator, "edited")
+    assert changed["digest"] != first["digest"]
+    assert (changed["tensors"], changed["bytes"]) == (first["tensors"], first["bytes"])
+
+    # a sync makes them equal again, at the new version
+    train(trainer, steps=1)
+    assert digest(trainer, "policy")["digest"] != first["digest"]
+    sent, (received,) = transfer(trainer, generator, "edited")
+    assert ok(sent)["policyVersion"] == ok(received)["policyVersion"] == 1
+    synced = digest(trainer, "policy")
+    assert synced["policyVersion"] == 1 and digest(generator, "edited") == synced
+
+    reply = generator.call("weights_digest", {"model": "missing"})[0]
+    assert "missing" in error(reply, "MODEL_NOT_LOADED")
+    error(generator.call("weights_digest", {})[0], "BAD_ARGUMENTS")

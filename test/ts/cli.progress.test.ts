@@ -190,5 +190,7 @@ describe("config files", () => {
     expect(s.data.type).toBe("digit-sort");
     // The GRPO recipe starts from the SFT recipe's last checkpoint.
     expect(g.model.path).toBe(join(s.runDir, "checkpoints", `step-${String(s.steps)}`));
+    const ddp = checkConfig(GRPOTrainerConfigSchema, await readConfigFile(join(ROOT, "examples", "configs", "grpo-ddp.yaml")), "grpo-ddp.yaml");
+    expect(ddp.workers).toEqual({ trainer: { count: 2, strategy: "ddp", gradientCheckpointing: false }, generator: { count: 2 }, reference: { count: 0 } });
   });
 });

@@ -1,18 +1,22 @@
 // The one GRPO pipeline (collector → replay buffer with MCAdvantage → trainer) and its asynchronous mode: k = 0
 // equals the synchronous loop assembled by hand from the public pieces; k = 1 trains on rows one version old, sampled
-// while the trainer trained; stale rows are dropped and counted; a full buffer pauses collection; a generator that
-// dies fails the step at once. Real workers (two, one pool for the file) and the tiny model.
+// while the trainer trained; two generators pull every batch in chunks of whole groups, each row names its generator
+// and version, and every sync leaves them with the trainer's exact weights (weightsDigest); stale rows are dropped and
+// counted; a full buffer pauses collection; a generator that dies fails the step at once. Real workers (four, one
+// pool for the file) and the tiny model.
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   DigitSortEnv,
+  GENERATOR_KEY,
   GRPOTrainer,
   LazyStackStorage,
   LLMCollector,
   makeTinyModel,
   MCAdvantage,
+  POLICY_VERSION_KEY,
   ReplayBuffer,
   SharedWeightSyncScheme,
   Tensor,
@@ -33,7 +37,7 @@ let pool: WorkerPool;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "posttrain-grpo-async-"));
-  const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 0 }), WorkerPool.local({ workers: 3, device: "cpu" })]);
+  const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 0 }), WorkerPool.local({ workers: 4, device: "cpu" })]);
   modelPath = tiny.path;
   pool = started;
 });
@@ -54,6 +58,19 @@ async function collect(trainer: GRPOTrainer): Promise<StepRecord[]> {
   const out: StepRecord[] = [];
   for await (const r of trainer.run()) out.push(r);
   return out;
+}
+
+/** The batches the steps of `run` train on, as the collector hands them out (every key kept). */
+function trainedBatches(run: GRPOTrainer): TensorDict[] {
+  const batches: TensorDict[] = [];
+  const collector = run.collector;
+  const takeBatch = collector.takeBatch.bind(collector);
+  collector.takeBatch = async (...args) => {
+    const taken = await takeBatch(...args);
+    batches.push(taken.batch);
+    return taken;
+  };
+  return batches;
 }
 
 /** The fields of a record that do not depend on timing. */
@@ -130,16 +147,49 @@ describe("GRPOTrainer on the pipeline", () => {
     }
   });
 
-  it("two generators each sample a share of every batch and both get the weights after each step", async () => {
-    const trainer = await GRPOTrainer.create(config(join(dir, "two-generators"), { steps: 2, async: { maxPolicyAge: 1 }, workers: { generator: { count: 2 } } }), { pool });
-    const records = await collect(trainer);
-    for (const w of [pool.worker(1), pool.worker(2)]) {
+  it("two trainer ranks and two generators: each generator samples a share of every batch and gets the weights after each step", async () => {
+    const workers = { trainer: { count: 2 }, generator: { count: 2 } };
+    const trainer = await GRPOTrainer.create(config(join(dir, "two-generators"), { steps: 2, async: { maxPolicyAge: 1 }, workers }), { pool });
+    expect(trainer.trainer.worldSize).toBe(2);
+    const trained = trainedBatches(trainer);
+    const records: StepRecord[] = [];
+    for await (const r of trainer.run()) {
+      records.push(r);
+      // after each sync every generator holds rank 0's weights, bit for bit (a background delivery still in flight
+      // runs first: the digest queues behind it on each generator's compute thread), and so does rank 1 (DDP)
+      const [source, rank1, ...generators] = await Promise.all([0, 1, 2, 3].map((i) => pool.worker(i).weightsDigest("policy")));
+      expect(source!.policyVersion).toBe(r.policy_version);
+      expect(rank1!.digest).toBe(source!.digest);
+      for (const digest of generators) expect(digest).toEqual(source);
+    }
+    for (const w of [pool.worker(2), pool.worker(3)]) {
       const policy = (await w.listModels()).find((m) => m.name === "policy");
       expect(policy?.policyVersion, w.name).toBe(records.at(-1)!.policy_version);
     }
+    const sampledRows = trainer.generatorPool.stats.map((s) => s.rows);
+    expect(sampledRows.every((rows) => rows > 0)).toBe(true);
+    expect(sampledRows.reduce((a, b) => a + b, 0)).toBe(records.length * P * G);
     await trainer.close();
     expect(records.map((r) => r.policy_age_max)).toEqual([0, 1]);
     expect(records.every((r) => Number.isFinite(r.loss) && r.completion_length_mean! > 0)).toBe(true);
+    // every trained row names the generator that sampled it and the version it was sampled with; both generators
+    // sample part of every batch (they pull chunks of whole groups, so the split may be uneven), and a group stays on
+    // one generator and one version (a background delivery may land between two chunks, so a batch may mix versions;
+    // the record's ages span them)
+    expect(trained).toHaveLength(records.length);
+    trained.forEach((batch, i) => {
+      const generators = batch.getTensor([...GENERATOR_KEY]).toNumbers();
+      const versions = batch.getTensor(POLICY_VERSION_KEY).toNumbers();
+      expect(generators).toHaveLength(P * G);
+      expect(new Set(generators)).toEqual(new Set([0, 1]));
+      for (let g = 0; g < P; g++) {
+        expect(new Set(generators.slice(g * G, (g + 1) * G)).size).toBe(1);
+        expect(new Set(versions.slice(g * G, (g + 1) * G)).size).toBe(1);
+      }
+      const record = records[i]!;
+      expect(Math.min(...versions)).toBe(record.policy_version! - 1 - record.policy_age_max!);
+      expect(Math.max(...versions)).toBe(record.policy_version! - 1 - record.policy_age_min!);
+    });
   });
 
   it("a generator that dies while the trainer waits fails the step within a second; the checkpoint stays", async () => {
@@ -241,7 +291,9 @@ describe("GRPOTrainer async config", () => {
     await bad({ async: { maxPolicyAge: -1 } }, /async\.maxPolicyAge/);
     await bad({ async: { maxPolicyAge: 1.5 } }, /async\.maxPolicyAge/);
     await bad({ async: { maxPolicyAge: 1, bufferGroups: P - 1 } }, /async\.bufferGroups: must hold at least one step's groups \(promptsPerStep = 4\), got 3/);
-    await bad({ workers: { trainer: { count: 2 } } }, /workers\.trainer\.count/);
+    await bad({ workers: { trainer: { count: 0 } } }, /workers\.trainer\.count/);
+    await bad({ workers: { trainer: { count: 2, strategy: "fsdp" } } }, /workers\.generator\.count: fsdp shards the policy: colocated generation needs the full weights/);
+    await bad({ workers: { reference: { count: 1 } } }, /workers\.reference\.count: a reference worker scores the KL-to-reference term/);
     await bad({ workers: { layout: "colocated", generator: { count: 1 } } }, /workers\.generator\.count: 1 contradicts layout "colocated"/);
   });
 });

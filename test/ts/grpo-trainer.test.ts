@@ -2,7 +2,7 @@ import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promise
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parse as parseYaml } from "yaml";
+import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import {
   GRPOTrainer,
   InvalidArgumentError,
@@ -165,6 +165,13 @@ describe("GRPOTrainer", { timeout: 120_000 }, () => {
     const mismatch = GRPOTrainer.create(config(runDir, { steps: 5, loss: { clipEpsilon: 0.3 } }), { pool, resume: true });
     await expect(mismatch).rejects.toThrow(RunConfigMismatchError);
     await expect(mismatch).rejects.toThrow(/loss\.clipEpsilon/);
+
+    // a run directory written before a field with a default existed still resumes (the saved config is resolved)
+    const saved = parseYaml(await readFile(join(runDir, "config.yaml"), "utf8")) as { workers: { trainer: Record<string, unknown> } };
+    expect(saved.workers.trainer).toHaveProperty("strategy");
+    delete saved.workers.trainer.strategy;
+    delete saved.workers.trainer.gradientCheckpointing;
+    await writeFile(join(runDir, "config.yaml"), stringifyYaml(saved));
 
     await using resumed = await GRPOTrainer.create(config(runDir, { steps: 5, log: { samplesPerStep: 1 } }), { pool, resume: true });
     expect(resumed.step).toBe(2);

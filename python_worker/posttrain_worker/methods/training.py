@@ -22,6 +22,7 @@ from posttrain_worker.training.checkpoint import load_checkpoint, save_checkpoin
 from posttrain_worker.training.errors import TRAINER_EXISTS, TRAINER_NOT_FOUND
 from posttrain_worker.training.lora import parse_lora
 from posttrain_worker.training.optimizer import parse_optimizer
+from posttrain_worker.training.parallel import agree, join_group, parse_parallel
 from posttrain_worker.training.schedule import ScheduleConfig, parse_schedule
 from posttrain_worker.training.trainer import Trainer, TrainerConfig
 
@@ -57,6 +58,7 @@ def build_create(parsed: ParsedArgs) -> CreateArgs:
     schedule_raw = parsed["schedule"]
     schedule = parse_schedule(method, schedule_raw) if schedule_raw is not None else ScheduleConfig()
     lora = parse_lora(method, parsed["lora"]) if parsed["lora"] is not None else None
+    parallel = parse_parallel(method, parsed["parallel"]) if parsed["parallel"] is not None else None
     clip = parsed["gradClip"]
     if clip is not None and clip <= 0:
         raise parsed.fail(f'"gradClip" must be > 0 or null, got {clip:g}')
@@ -70,6 +72,8 @@ def build_create(parsed: ParsedArgs) -> CreateArgs:
         ref_model=parsed["refModel"],
         autocast=parsed["autocast"],
         lora=lora,
+        parallel=parallel,
+        gradient_checkpointing=parsed["gradientCheckpointing"],
     )
     return CreateArgs(parsed["model"], config, parsed["replace"])
 
@@ -85,6 +89,8 @@ CREATE_ARGS = ArgsSchema(
         Arg("refModel", "string", default=None, nullable=True, non_empty=True),
         Arg("autocast", "choice", choices=AUTOCAST, default=None, nullable=True),
         Arg("lora", "object", default=None, nullable=True),
+        Arg("parallel", "object", default=None, nullable=True),
+        Arg("gradientCheckpointing", "boolean", default=False),
         Arg("replace", "boolean", default=False),
     ),
     build=build_create,
@@ -110,8 +116,29 @@ class Trainers:
     def __init__(self, store: ModelStore) -> None:
         self.store = store
         self._trainers: dict[str, Trainer] = {}
+        self._sharded: dict[str, LoadedModel] = {}
+        """The models FSDP has sharded in place, by name: a new trainer needs the model loaded again."""
 
     def create(self, method: str, args: CreateArgs) -> Trainer:
+        parallel = args.config.parallel
+        group = join_group(method, parallel) if parallel is not None else None
+        problem: WorkerFailure | None = None
+        checked: tuple[LoadedModel, LoadedModel | None] | None = None
+        try:
+            checked = self._check_create(method, args)
+        except WorkerFailure as failure:
+            problem = failure
+        # wrapping the model is collective: a rank that fails its checks fails every rank first
+        agree(problem, group, "trainer_create's checks", code=BAD_ARGUMENTS)
+        assert checked is not None
+        loaded, ref = checked
+        trainer = Trainer(loaded, args.config, ref, group)
+        if trainer.sharded:
+            self._sharded[args.model] = loaded
+        self._trainers[args.model] = trainer
+        return trainer
+
+    def _check_create(self, method: str, args: CreateArgs) -> tuple[LoadedModel, LoadedModel | None]:
         existing = self._trainers.get(args.model)
         if existing is not None and self._alive(existing) and not args.replace:
             raise WorkerFailure(
@@ -125,10 +152,13 @@ class Trainers:
                 f"{method}: model {args.model!r} has no torch module to train (backend "
                 f"{getattr(loaded, 'backend', '?')!r}); load it with the transformers backend",
             )
-        ref = self._ref(method, loaded, args.config.ref_model)
-        trainer = Trainer(loaded, args.config, ref)
-        self._trainers[args.model] = trainer
-        return trainer
+        if self._sharded.get(args.model) is loaded:
+            raise WorkerFailure(
+                BAD_ARGUMENTS,
+                f"{method}: model {args.model!r} was sharded by an earlier FSDP trainer; load it again "
+                "(load_model with replace) before creating a new trainer",
+            )
+        return loaded, self._ref(method, loaded, args.config.ref_model)
 
     def _ref(self, method: str, loaded: LoadedModel, name: str | None) -> LoadedModel | None:
         if name is None:
@@ -166,14 +196,24 @@ class Trainers:
 
 
 def _batch(ctx: CallContext, trainer: Trainer) -> TrainBatch:
+    """The request's batch; in a trainer group, every rank fails when one rank's shard is bad (before any
+    collective could leave the others waiting)."""
     loaded = trainer.loaded
-    return read_train_batch(
-        ctx.method,
-        single_batch(ctx),
-        trainer.needs(),
-        vocab_size=vocab_size(loaded),
-        max_positions=max_positions(loaded),
-    )
+    problem: WorkerFailure | None = None
+    batch: TrainBatch | None = None
+    try:
+        batch = read_train_batch(
+            ctx.method,
+            single_batch(ctx),
+            trainer.needs(),
+            vocab_size=vocab_size(loaded),
+            max_positions=max_positions(loaded),
+        )
+    except WorkerFailure as failure:
+        problem = failure
+    agree(problem, trainer.group, "its batch")
+    assert batch is not None
+    return batch
 
 
 # ---- registration --------------------------------------------------------------------------------------

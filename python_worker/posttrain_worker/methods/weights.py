@@ -1,6 +1,6 @@
 """Weight methods: clone_model, sync_weights (in one worker), weights_listen / weights_receive / weights_send
-(worker to worker over ZeroMQ), dist_init / dist_close / weights_broadcast (torch.distributed), weights_get
-(docs/training.md, "Weight sync").
+(worker to worker over ZeroMQ), dist_init / dist_close / weights_broadcast (torch.distributed), weights_get,
+weights_digest (docs/training.md, "Weight sync").
 
 Every successful sync sets the target's policy version to the source's plus one, and the source's to the same.
 """
@@ -8,6 +8,7 @@ Every successful sync sets the target's policy version to the source's plus one,
 from __future__ import annotations
 
 import copy
+import hashlib
 import secrets
 import threading
 import time
@@ -26,6 +27,7 @@ from posttrain_worker.training.weight_sync import (
     check_manifest,
     incoming_targets,
     outgoing_weights,
+    spec_of,
     sync_in_worker,
 )
 from posttrain_worker.transfer import distributed, zmq_transfer
@@ -213,6 +215,29 @@ def clone_model(store: ModelStore, args: CloneArgs) -> dict[str, Any]:
     return clone.describe()
 
 
+def weights_digest(loaded: LoadedModel) -> dict[str, Any]:
+    """A fingerprint of the weights a sync would send: sha256 over each tensor's name, dtype, shape and raw
+    bytes, in name order. Equal digests mean bit-identical weights (a check that a sync reached every
+    generator), whatever device each model is on."""
+    digest = hashlib.sha256()
+    total = 0
+    with outgoing_weights(loaded.model) as pairs:
+        for name, tensor in sorted(pairs, key=lambda pair: pair[0]):
+            spec = spec_of(name, tensor)
+            digest.update(f"{spec.name}\0{spec.dtype}\0{list(spec.shape)}\0".encode())
+            # raw bytes through a uint8 view: works for every dtype (bfloat16 has no numpy equivalent)
+            raw = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+            digest.update(raw.numpy())
+            total += spec.nbytes
+        count = len(pairs)
+    return {
+        "policyVersion": loaded.policy_version,
+        "digest": digest.hexdigest(),
+        "tensors": count,
+        "bytes": total,
+    }
+
+
 class Listeners:
     """Receiving ends opened by ``weights_listen``, waiting for their ``weights_receive``."""
 
@@ -343,6 +368,9 @@ def register_weight_methods(registry: MethodRegistry, store: ModelStore) -> None
             tensors = [RawTensor(t.detach().to("cpu").clone(), name) for name, t in pairs]
         return MethodOutcome({"policyVersion": loaded.policy_version}, tensors)
 
+    def digest(_ctx: CallContext, model: str) -> dict[str, Any]:
+        return weights_digest(store.get(model))
+
     registry.add("clone_model", clone, thread="compute", args=CLONE_ARGS)
     registry.add("sync_weights", sync_weights, thread="compute", args=PAIR_ARGS)
     # on the I/O thread: a generator busy generating still opens its receiving end at once, so the sender can
@@ -354,3 +382,4 @@ def register_weight_methods(registry: MethodRegistry, store: ModelStore) -> None
     registry.add("dist_close", dist_close, thread="compute")
     registry.add("weights_broadcast", weights_broadcast, thread="compute", args=BROADCAST_ARGS)
     registry.add("weights_get", weights_get, thread="compute", args=ONLY_MODEL_ARGS)
+    registry.add("weights_digest", digest, thread="compute", args=ONLY_MODEL_ARGS)

@@ -5,6 +5,8 @@ it is additive over micro-batches:
 
 - ``token_mean``: sum over masked tokens / ``norm.num_tokens``
 - ``prompt_mean``: sum over rows of (row's masked sum / row's token count) / ``norm.num_sequences``
+- ``seq_mean_token_sum``: sum over masked tokens / ``norm.num_sequences`` (verl's: each sequence's token sum,
+  averaged over the sequences)
 - ``fixed_horizon``: sum over masked tokens / (``norm.num_sequences`` x ``max_completion_length``) (TRL's
 dr_grpo)
 - ``none``: sum over masked tokens (the per-token values are returned separately)
@@ -40,6 +42,8 @@ def aggregate(
     if how == "prompt_mean":
         counts = mask.sum(-1).clamp_min(1).to(kept.dtype)
         return (kept.sum(-1) / counts).sum() / max(norm.num_sequences, 1)
+    if how == "seq_mean_token_sum":
+        return kept.sum() / max(norm.num_sequences, 1)
     if how == "fixed_horizon":
         assert max_completion_length is not None
         return kept.sum() / (max(norm.num_sequences, 1) * max_completion_length)

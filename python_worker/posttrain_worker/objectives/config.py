@@ -17,7 +17,7 @@ from posttrain_worker.objectives.registry import POLICY_TYPES, POLICY_VARIANTS
 from posttrain_worker.validation import ConfigFields
 
 LOSS_TYPES = (*POLICY_TYPES, "sft")
-AGGREGATIONS = ("token_mean", "prompt_mean", "none")
+AGGREGATIONS = ("token_mean", "prompt_mean", "seq_mean_token_sum", "none")
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 MASKING_STRATEGIES = ("sft", "rlhf", "generic")
 SFT_FUNCTIONS = ("sft", "minor_sft")

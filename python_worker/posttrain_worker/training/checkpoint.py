@@ -5,9 +5,16 @@ Layout of ``DIR`` (docs/training.md, "Checkpoints"):
 - the model as ``save_pretrained`` writes it (``config.json``, ``model.safetensors``; with LoRA the
   adapter's ``adapter_config.json`` and ``adapter_model.safetensors``) and the tokenizer, so ``load_model``
   takes ``DIR``;
-- ``optimizer.pt``, ``scheduler.pt``, ``rng.pt``: ``torch.save`` of the state dicts (files, never the wire;
-  read back with ``weights_only=True``);
-- ``trainer_state.json``, written last: step, policy version, the caller's data position, the trainer config.
+- ``dcp/``: the model's and the optimizer's state dicts written by torch.distributed.checkpoint, each rank of
+  a trainer group its own shard; a load reshards them, so a run saved on N ranks resumes on M (1 included);
+- ``scheduler.pt``, ``rng.pt``: ``torch.save`` of rank 0's state dicts (files, never the wire; read back with
+  ``weights_only=True``);
+- ``trainer_state.json``, written last: step, policy version, the caller's data position, the trainer config,
+  the world size.
+
+In a trainer group every rank calls save and load together (the ranks share the filesystem); rank 0 writes
+everything but the other ranks' shards. Format 1 (``optimizer.pt`` instead of ``dcp/``) still loads into a
+trainer without FSDP.
 
 Everything is written into ``DIR.tmp-<random>`` and fsynced, then renamed into place: a kill at any moment
 leaves the previous ``DIR`` whole. (Replacing an existing ``DIR`` is two renames, ``DIR`` ->
@@ -23,7 +30,9 @@ import random
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +41,14 @@ import torch
 from posttrain_worker.errors import BAD_ARGUMENTS, WorkerFailure
 from posttrain_worker.training.errors import CHECKPOINT_INVALID, CHECKPOINT_NOT_FOUND
 from posttrain_worker.training.lora import is_peft_model
+from posttrain_worker.training.parallel import agree, barrier, broadcast_token
 from posttrain_worker.training.trainer import Trainer
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 STATE_FILE = "trainer_state.json"
+DCP_DIR = "dcp"
 OPTIMIZER_FILE = "optimizer.pt"
+"""Format 1's optimizer state (read only)."""
 SCHEDULER_FILE = "scheduler.pt"
 RNG_FILE = "rng.pt"
 TEST_ONLY_SLEEP_ENV = "POSTTRAIN_TEST_ONLY_CHECKPOINT_SLEEP_S"
@@ -94,44 +106,82 @@ def _is_checkpoint(path: Path) -> bool:
     return (path / STATE_FILE).is_file()
 
 
-def save_checkpoint(method: str, trainer: Trainer, directory: str, data_position: Any) -> dict[str, Any]:
-    """Writes the checkpoint atomically; returns its ``trainer_state.json`` content plus the path."""
-    final = Path(directory).expanduser().absolute()
+def _check_target(method: str, final: Path) -> WorkerFailure | None:
     if final.exists() and not final.is_dir():
-        raise WorkerFailure(BAD_ARGUMENTS, f"{method}: {final} exists and is not a directory")
+        return WorkerFailure(BAD_ARGUMENTS, f"{method}: {final} exists and is not a directory")
     if final.is_dir() and any(final.iterdir()) and not _is_checkpoint(final):
-        raise WorkerFailure(
+        return WorkerFailure(
             BAD_ARGUMENTS,
             f"{method}: {final} is a non-empty directory that is not a checkpoint; refusing to replace it",
         )
-    final.parent.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_hex(4)
-    tmp = final.with_name(f"{final.name}.tmp-{token}")
-    tmp.mkdir()
+    return None
+
+
+def _dcp_state(trainer: Trainer) -> dict[str, Any]:
+    """The model's and the optimizer's state dicts as DCP reads and writes them (this rank's shards)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(trainer.module, trainer.optimizer)
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+@contextmanager
+def _one_process_is_intended() -> Iterator[None]:
+    """DCP warns that it assumes one process when there is no process group: that is the intent."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.distributed is disabled")
+        yield
+
+
+def save_checkpoint(method: str, trainer: Trainer, directory: str, data_position: Any) -> dict[str, Any]:
+    """Writes the checkpoint atomically (every rank of a group at once); returns its ``trainer_state.json``
+    content plus the path."""
+    import torch.distributed.checkpoint as dcp
+
+    group = trainer.group
+    lead = group is None or group.rank == 0
+    final = Path(directory).expanduser().absolute()
+    agree(_check_target(method, final), group, "the checkpoint's checks")
+    tmp = final.with_name(f"{final.name}.tmp-{broadcast_token(secrets.token_hex(4), group)}")
+    if lead:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    barrier(group)
+    state: dict[str, Any] = {}
     try:
-        _save_model(trainer, tmp)
-        torch.save(trainer.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        delay = os.environ.get(TEST_ONLY_SLEEP_ENV)
-        if delay:
-            time.sleep(float(delay))
-        torch.save(trainer.scheduler.state_dict(), tmp / SCHEDULER_FILE)
-        torch.save(_rng_state(), tmp / RNG_FILE)
-        state = {
-            "format": FORMAT_VERSION,
-            "step": trainer.step_count,
-            "policyVersion": trainer.loaded.policy_version,
-            "dataPosition": data_position,
-            "model": {"name": trainer.loaded.name, "path": trainer.loaded.path},
-            "lora": is_peft_model(trainer.model),
-            **trainer.config.to_json(),
-        }
-        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", "utf-8")
-        _fsync_tree(tmp)
-        _swap_into_place(tmp, final)
+        with _one_process_is_intended():
+            dcp.save(_dcp_state(trainer), checkpoint_id=tmp / DCP_DIR)
+        if lead:
+            _save_model(trainer, tmp)
+            delay = os.environ.get(TEST_ONLY_SLEEP_ENV)
+            if delay:
+                time.sleep(float(delay))
+            torch.save(trainer.scheduler.state_dict(), tmp / SCHEDULER_FILE)
+            torch.save(_rng_state(), tmp / RNG_FILE)
+            state = {
+                "format": FORMAT_VERSION,
+                "step": trainer.step_count,
+                "policyVersion": trainer.loaded.policy_version,
+                "dataPosition": data_position,
+                "model": {"name": trainer.loaded.name, "path": trainer.loaded.path},
+                "lora": is_peft_model(trainer.model),
+                "worldSize": group.world_size if group is not None else 1,
+                **trainer.config.to_json(),
+            }
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", "utf-8")
+            _fsync_tree(tmp)
+        barrier(group)
+        if lead:
+            _swap_into_place(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if lead:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _remove_stale(final)
+    if lead:
+        _remove_stale(final)
+    barrier(group)
+    if not lead:
+        state = json.loads((final / STATE_FILE).read_text("utf-8"))
     return {**state, "path": str(final)}
 
 
@@ -214,37 +264,70 @@ def _prepare_weights(method: str, trainer: Trainer, directory: Path) -> Callable
     return apply
 
 
-def load_checkpoint(method: str, trainer: Trainer, directory: str) -> dict[str, Any]:
-    """Restores weights, optimizer, schedule, RNG, step and policy version; returns the saved state."""
-    final = Path(directory).expanduser().absolute()
-    _recover(final)
+def _check_loadable(
+    method: str, trainer: Trainer, final: Path
+) -> tuple[WorkerFailure | None, dict[str, Any]]:
     if not final.is_dir():
-        raise WorkerFailure(
+        return WorkerFailure(
             CHECKPOINT_NOT_FOUND, f"{method}: no checkpoint directory at {final}", {"path": str(final)}
-        )
-    missing = [f for f in (STATE_FILE, OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE) if not (final / f).is_file()]
+        ), {}
+    sharded = (final / DCP_DIR).is_dir()
+    missing = [f for f in (STATE_FILE, SCHEDULER_FILE, RNG_FILE) if not (final / f).is_file()]
+    if not sharded and not (final / OPTIMIZER_FILE).is_file():
+        missing.append(f"{DCP_DIR}/")
     if missing:
-        raise WorkerFailure(
+        return WorkerFailure(
             CHECKPOINT_INVALID,
             f"{method}: {final} is not a complete checkpoint (missing {', '.join(missing)})",
             {"missing": missing},
-        )
+        ), {}
     try:
         state = json.loads((final / STATE_FILE).read_text("utf-8"))
     except (OSError, ValueError) as exc:
-        raise WorkerFailure(CHECKPOINT_INVALID, f"{method}: unreadable {STATE_FILE}: {exc}") from None
+        return WorkerFailure(CHECKPOINT_INVALID, f"{method}: unreadable {STATE_FILE}: {exc}"), {}
     saved_type = (state.get("optimizer") or {}).get("type")
     if saved_type != trainer.config.optimizer.type:
-        raise WorkerFailure(
+        return WorkerFailure(
             CHECKPOINT_INVALID,
             f"{method}: the checkpoint's optimizer is {saved_type!r}, this trainer's is "
             f"{trainer.config.optimizer.type!r}",
-        )
+        ), {}
     if bool(state.get("lora")) != is_peft_model(trainer.model):
-        raise WorkerFailure(CHECKPOINT_INVALID, f"{method}: the checkpoint and this trainer disagree on LoRA")
+        return WorkerFailure(
+            CHECKPOINT_INVALID, f"{method}: the checkpoint and this trainer disagree on LoRA"
+        ), {}
+    if not sharded and trainer.sharded:
+        return WorkerFailure(
+            CHECKPOINT_INVALID,
+            f"{method}: {final} is a format-1 checkpoint (optimizer.pt); an FSDP trainer loads only "
+            "format 2 (dcp/): resume it on one rank or with DDP and save again",
+        ), {}
+    return None, state
+
+
+def _load_dcp(method: str, trainer: Trainer, path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = _dcp_state(trainer)
+    # DCP raises its own CheckpointException (and RuntimeError) for a state that does not fit
+    try:
+        with _one_process_is_intended():
+            dcp.load(state, checkpoint_id=path)
+    except Exception as exc:
+        raise WorkerFailure(
+            CHECKPOINT_INVALID, f"{method}: the model or optimizer state in {path} does not fit: {exc}"
+        ) from None
+    set_state_dict(
+        trainer.module,
+        trainer.optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+    )
+
+
+def _load_format_1(method: str, trainer: Trainer, final: Path) -> None:
     optimizer_state = torch.load(final / OPTIMIZER_FILE, weights_only=True, map_location="cpu")
-    scheduler_state = torch.load(final / SCHEDULER_FILE, weights_only=True)
-    rng_state = torch.load(final / RNG_FILE, weights_only=True)
     apply_weights = _prepare_weights(method, trainer, final)
     try:
         trainer.optimizer.load_state_dict(optimizer_state)
@@ -253,8 +336,27 @@ def load_checkpoint(method: str, trainer: Trainer, directory: str) -> dict[str, 
             CHECKPOINT_INVALID, f"{method}: the optimizer state does not fit: {exc}"
         ) from None
     apply_weights()
+
+
+def load_checkpoint(method: str, trainer: Trainer, directory: str) -> dict[str, Any]:
+    """Restores weights, optimizer, schedule, RNG, step and policy version (every rank of a group at once,
+    from a checkpoint saved on any number of ranks); returns the saved state."""
+    group = trainer.group
+    final = Path(directory).expanduser().absolute()
+    if group is None or group.rank == 0:
+        _recover(final)
+    barrier(group)
+    problem, state = _check_loadable(method, trainer, final)
+    agree(problem, group, "the checkpoint's checks")
+    scheduler_state = torch.load(final / SCHEDULER_FILE, weights_only=True)
+    rng_state = torch.load(final / RNG_FILE, weights_only=True)
+    if (final / DCP_DIR).is_dir():
+        _load_dcp(method, trainer, final / DCP_DIR)
+    else:
+        _load_format_1(method, trainer, final)
     trainer.scheduler.load_state_dict(scheduler_state)
     _set_rng_state(rng_state)
     trainer.step_count = int(state["step"])
     trainer.loaded.policy_version = int(state["policyVersion"])
+    trainer.publish()
     return {**state, "path": str(final)}

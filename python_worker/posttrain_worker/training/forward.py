@@ -64,17 +64,19 @@ def policy_forward(
     want_entropy: bool,
     loss_mask: torch.Tensor,
     autocast: str | None = None,
+    share_prefix: bool = True,
 ) -> PolicyOutput:
     """One forward over ``rows`` (int64 1-D CPU tensors, each at least one token) for a loss that reads
     ``loss_mask`` (``[n, T]`` bool, right padding). Rows of one GRPO group share the forward of their prompt
     (:mod:`.shared_prefix`); otherwise the rows run right-padded, with logits only from the first column the
-    loss reads. Columns the loss does not read may be 0."""
+    loss reads. Columns the loss does not read may be 0. ``share_prefix=False`` always runs the one padded
+    forward (a trainer group: DDP and FSDP need one forward of the wrapped module per micro-batch)."""
     input_ids, attention = pad_right(rows, pad_id)
     input_ids = input_ids.to(device)
     attention = attention.to(device)
     mask = attention.bool()
     width = int(input_ids.shape[1])
-    groups = find_groups(rows, loss_mask.cpu())
+    groups = find_groups(rows, loss_mask.cpu()) if share_prefix else None
     with autocast_context(device, autocast):
         shared = shared_prefix_logits(model, rows, groups, pad_id=pad_id, device=device) if groups else None
         if shared is None:

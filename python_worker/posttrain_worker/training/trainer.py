@@ -8,10 +8,16 @@ before the optimizer step) is a typed error naming the step, and leaves the para
 state untouched.
 
 The model is in train mode only inside ``step``; ``compute_loss`` runs without gradient in eval mode.
+
+In a trainer group (``parallel``, docs/scaling.md) each rank steps on its shard of the batch: the
+denominators, the loss and the metrics are summed over the ranks (``parallel.py``), DDP or FSDP reduces the
+gradients on the last micro-batch's backward, and every check that can fail is agreed by all ranks before the
+next collective.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from posttrain_worker.errors import WorkerFailure
+from posttrain_worker.errors import BAD_ARGUMENTS, WorkerFailure
 from posttrain_worker.models.generation import pad_token_id
 from posttrain_worker.models.store import LoadedModel
 from posttrain_worker.training.batch import Needs, TrainBatch
@@ -28,6 +34,17 @@ from posttrain_worker.training.forward import policy_forward
 from posttrain_worker.training.lora import LoraConfig, apply_lora
 from posttrain_worker.training.microbatch import token_budget_slices
 from posttrain_worker.training.optimizer import OptimizerConfig, build_optimizer
+from posttrain_worker.training.parallel import (
+    Group,
+    ParallelConfig,
+    agree,
+    full_state,
+    global_norm,
+    gradient_sync,
+    micro_batch_count,
+    sum_metrics,
+    wrap,
+)
 from posttrain_worker.training.schedule import ScheduleConfig, build_schedule
 
 if TYPE_CHECKING:
@@ -46,6 +63,8 @@ class TrainerConfig:
     ref_model: str | None
     autocast: str | None
     lora: LoraConfig | None
+    parallel: ParallelConfig | None = None
+    gradient_checkpointing: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +76,8 @@ class TrainerConfig:
             "refModel": self.ref_model,
             "autocast": self.autocast,
             "lora": self.lora.to_json() if self.lora is not None else None,
+            "parallel": self.parallel.to_json() if self.parallel is not None else None,
+            "gradientCheckpointing": self.gradient_checkpointing,
         }
 
 
@@ -83,18 +104,34 @@ class StepTotals:
     micro_batches: int
     num_tokens: int
     num_sequences: int
+    local_tokens: int
+    local_sequences: int
 
 
 class Trainer:
-    def __init__(self, loaded: LoadedModel, config: TrainerConfig, ref: LoadedModel | None) -> None:
+    def __init__(
+        self, loaded: LoadedModel, config: TrainerConfig, ref: LoadedModel | None, group: Group | None = None
+    ) -> None:
         self.loaded = loaded
         self.config = config
         self.ref = ref
+        self.group = group
         if ref is not None:
             ref.model.requires_grad_(False)
         if config.lora is not None:
             loaded.model = apply_lora(loaded.model, config.lora)
-        self.params = [p for p in loaded.model.parameters() if p.requires_grad]
+        if config.gradient_checkpointing:
+            _enable_gradient_checkpointing(loaded.model)
+        self.module: Any = loaded.model
+        """What forward and backward run on: the model, ``DDP(model)``, or the model sharded by FSDP."""
+        if group is not None:
+            # FSDP shards the model in place: rank 0 keeps a full CPU copy under the model's name, refreshed
+            # after every step, for weight sync, checkpoints' model files and ``weights_get``.
+            published = _cpu_copy(loaded.model) if group.strategy == "fsdp" and group.rank == 0 else None
+            self.module = wrap(loaded.model, group, bf16=config.autocast == "bfloat16")
+            if published is not None:
+                loaded.model = published
+        self.params = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, config.optimizer)
         self.scheduler = build_schedule(self.optimizer, config.schedule)
         self.step_count = 0
@@ -104,7 +141,20 @@ class Trainer:
 
     @property
     def model(self) -> Any:
+        """The model as generators and checkpoints see it (full weights; on FSDP's rank 0, the CPU copy)."""
         return self.loaded.model
+
+    @property
+    def sharded(self) -> bool:
+        return self.group is not None and self.group.strategy == "fsdp"
+
+    def publish(self) -> None:
+        """FSDP: gathers the updated shards into rank 0's full copy (every rank calls it)."""
+        if self.group is None or not self.sharded:
+            return
+        state = full_state(self.module, self.group)
+        if state is not None:
+            self.loaded.model.load_state_dict(state)
 
     @property
     def lr(self) -> float:
@@ -130,6 +180,7 @@ class Trainer:
             "trainableParameters": sum(p.numel() for p in self.params),
             "lastMetrics": dict(self.last_metrics),
             **self.config.to_json(),
+            "parallel": self.group.describe() if self.group is not None else None,
         }
 
     # ---- the batch ------------------------------------------------------------------------------------
@@ -162,6 +213,7 @@ class Trainer:
                     want_entropy=False,
                     autocast=self.config.autocast,
                     loss_mask=cut(batch.mask),
+                    share_prefix=self.group is None,
                 )
                 padded[start:stop, : out.log_probs.shape[1]] = out.log_probs.float().cpu()
         return batch.with_ref(padded)
@@ -173,52 +225,74 @@ class Trainer:
 
         loss_config = self.config.loss
         device = self.loaded.device
-        norm = api.batch_norm(loss_config, batch.mask)
+        group = self.group
+        local = api.batch_norm(loss_config, batch.mask)
+        norm = global_norm(local, group)
         want_entropy = api.needs_entropy(loss_config)
         pad_id = pad_token_id(self.loaded.tokenizer)
         lengths = batch.lengths
         slices = token_budget_slices(lengths, self.config.micro_batch_tokens)
+        count = micro_batch_count(len(slices), group)
+        scale = group.loss_scale if group is not None else None
         summed: dict[str, torch.Tensor] = {}
         total = 0.0
-        for index, (start, stop) in enumerate(slices):
+        for index in range(count):
             check_cancelled()
+            # a rank with fewer micro-batches runs empty ones (one row, no loss): the same collectives
+            real = index < len(slices)
+            start, stop = slices[index] if real else (0, 1)
             width = max(lengths[start:stop])
             cut = _RowCut(start, stop, width, device)
-            mask = cut(batch.mask)
-            out = policy_forward(
-                self.model,
-                batch.rows[start:stop],
-                pad_id=pad_id,
-                device=device,
-                want_entropy=want_entropy,
-                autocast=self.config.autocast,
-                loss_mask=mask,
-            )
-            self._check_model_outputs(out.log_probs, out.entropy, mask, index, start, stop)
-            loss_batch = api.LossBatch(
-                log_probs=out.log_probs,
-                mask=mask,
-                old_log_probs=cut.optional(batch.old_log_probs),
-                ref_log_probs=cut.optional(batch.ref_log_probs),
-                advantages=cut.optional(batch.advantages),
-                entropy=out.entropy,
-            )
-            result = api.compute_loss(loss_config, loss_batch, norm)
-            value = float(result.loss.detach())
-            if not math.isfinite(value):
-                raise WorkerFailure(
-                    NON_FINITE_LOSS,
-                    f"step {self.step_count + 1}: the loss of micro-batch {index} (rows {start}..{stop - 1}) "
-                    f"is {value}; nothing was applied",
-                    {"step": self.step_count + 1, "microBatch": index, "loss": str(value)},
+            mask = cut(batch.mask) if real else torch.zeros((1, width), dtype=torch.bool, device=device)
+            with gradient_sync(self.module, group, sync=index == count - 1):
+                out = policy_forward(
+                    self.module,
+                    batch.rows[start:stop],
+                    pad_id=pad_id,
+                    device=device,
+                    want_entropy=want_entropy,
+                    autocast=self.config.autocast,
+                    loss_mask=mask,
+                    share_prefix=group is None,
                 )
-            if backward:
-                result.loss.backward()
-            total += value
+                problem, result = None, None
+                if real:
+                    problem = self._check_model_outputs(out.log_probs, out.entropy, mask, index, start, stop)
+                if real and problem is None:
+                    loss_batch = api.LossBatch(
+                        log_probs=out.log_probs,
+                        mask=mask,
+                        old_log_probs=cut.optional(batch.old_log_probs),
+                        ref_log_probs=cut.optional(batch.ref_log_probs),
+                        advantages=cut.optional(batch.advantages),
+                        entropy=out.entropy,
+                    )
+                    result = api.compute_loss(loss_config, loss_batch, norm)
+                    problem = self._check_loss(float(result.loss.detach()), index, start, stop)
+                agree(problem, group, f"micro-batch {index} of step {self.step_count + 1}")
+                loss = result.loss if result is not None else (out.log_probs * 0.0).sum()
+                if backward:
+                    (loss * scale if scale is not None else loss).backward()
+            if result is None:
+                continue
+            total += float(result.loss.detach())
             for key, metric in result.metrics.items():
                 summed[key] = summed[key] + metric.detach() if key in summed else metric.detach()
+        total, summed = sum_metrics(total, summed, group)
         metrics = api.finalize_metrics(summed, norm)
-        return StepTotals(total, metrics, len(slices), norm.num_tokens, norm.num_sequences)
+        return StepTotals(
+            total, metrics, count, norm.num_tokens, norm.num_sequences, local.num_tokens, local.num_sequences
+        )
+
+    def _check_loss(self, value: float, index: int, start: int, stop: int) -> WorkerFailure | None:
+        if math.isfinite(value):
+            return None
+        return WorkerFailure(
+            NON_FINITE_LOSS,
+            f"step {self.step_count + 1}: the loss of micro-batch {index} (rows {start}..{stop - 1}) "
+            f"is {value}; nothing was applied",
+            {"step": self.step_count + 1, "microBatch": index, "loss": str(value)},
+        )
 
     def _check_model_outputs(
         self,
@@ -228,23 +302,24 @@ class Trainer:
         index: int,
         start: int,
         stop: int,
-    ) -> None:
+    ) -> WorkerFailure | None:
         """Log-probs (and entropy) the model computed must be finite where the loss reads them: NaN or Inf
         there comes from the weights or activations, not from the request, so it is ``NON_FINITE_LOSS``."""
         for name, value in (("log-probs", log_probs), ("entropy", entropy)):
             if value is not None and not bool(value.detach()[mask].isfinite().all()):
-                raise WorkerFailure(
+                return WorkerFailure(
                     NON_FINITE_LOSS,
                     f"step {self.step_count + 1}: the model's {name} on micro-batch {index} "
                     f"(rows {start}..{stop - 1}) are not finite (NaN or Inf in the weights or activations); "
                     "nothing was applied",
                     {"step": self.step_count + 1, "microBatch": index, "loss": "nan"},
                 )
+        return None
 
     def compute_loss(self, batch: TrainBatch, check_cancelled: Callable[[], None]) -> dict[str, Any]:
         """The loss and metrics of ``batch`` under the current weights, without gradient (eval mode)."""
         batch = self.add_ref_log_probs(batch, check_cancelled)
-        self.model.eval()
+        self.module.eval()
         with torch.no_grad():
             totals = self._run(batch, backward=False, check_cancelled=check_cancelled)
         return self._result(totals, {})
@@ -254,11 +329,11 @@ class Trainer:
         batch = self.add_ref_log_probs(batch, check_cancelled)
         lr = self.lr
         self.optimizer.zero_grad(set_to_none=True)
-        self.model.train()
+        self.module.train()
         try:
             totals = self._run(batch, backward=True, check_cancelled=check_cancelled)
             max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+            grad_norm = _as_float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
             if not math.isfinite(grad_norm):
                 raise WorkerFailure(
                     NON_FINITE_GRADIENT,
@@ -271,7 +346,8 @@ class Trainer:
             self.step_count += 1
         finally:
             self.optimizer.zero_grad(set_to_none=True)
-            self.model.eval()
+            self.module.eval()
+        self.publish()
         result = self._result(totals, {"grad_norm": grad_norm}, lr=lr)
         self.last_metrics = dict(result["metrics"])
         return result
@@ -290,6 +366,37 @@ class Trainer:
             "microBatches": totals.micro_batches,
             "policyVersion": self.loaded.policy_version,
         }
+        if self.group is not None:
+            out.update(
+                rank=self.group.rank,
+                worldSize=self.group.world_size,
+                localTokens=totals.local_tokens,
+                localSequences=totals.local_sequences,
+            )
         if lr is not None:
             out["lr"] = lr
         return out
+
+
+def _as_float(norm: torch.Tensor) -> float:
+    """A gradient norm as a float (FSDP returns it as a replicated DTensor)."""
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if full is not None else norm)
+
+
+def _enable_gradient_checkpointing(model: Any) -> None:
+    """Activations are recomputed in backward instead of kept (Hugging Face's non-reentrant checkpointing)."""
+    enable = getattr(model, "gradient_checkpointing_enable", None)
+    if enable is None:
+        raise WorkerFailure(
+            BAD_ARGUMENTS,
+            f'"gradientCheckpointing": model {type(model).__name__} does not support gradient checkpointing',
+        )
+    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def _cpu_copy(model: Any) -> Any:
+    published = copy.deepcopy(model).to("cpu")
+    published.requires_grad_(False)
+    published.eval()
+    return published
