@@ -136,3 +136,45 @@ def test_checkpoint_errors(tiny_dir: Path, tmp_path: Path) -> None:
         assert "missing dcp/" in load_checkpoint(tmp_path / "ckpt", "CHECKPOINT_INVALID")
         error(client.call("save_checkpoint", {"model": "policy"})[0], "BAD_ARGUMENTS")
         assert ok(client.call("trainer_state", {"model": "policy"})[0])["step"] == 0
+
+
+def as_format_1(directory: Path) -> None:
+    """Rewrites a checkpoint the way format 1 stored it: the optimizer's own state dict in ``optimizer.pt``
+    (parameters by index) instead of ``dcp/`` (parameters by name)."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    flat = directory / "flat.pt"
+    dcp_to_torch_save(directory / "dcp", flat)
+    saved = torch.load(flat, weights_only=True)["optimizer"]
+    flat.unlink()
+    names = [n for group in saved["param_groups"] for n in group["params"]]
+    index = {name: i for i, name in enumerate(names)}
+    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in saved["param_groups"]]
+    torch.save(
+        {"state": {index[n]: s for n, s in saved["state"].items()}, "param_groups": groups},
+        directory / "optimizer.pt",
+    )
+    shutil.rmtree(directory / "dcp")
+    state = json.loads((directory / "trainer_state.json").read_text())
+    (directory / "trainer_state.json").write_text(json.dumps({**state, "format": 1}))
+
+
+def test_a_format_1_checkpoint_still_resumes_exactly(tiny_dir: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    with worker_with(tiny_dir) as (client, _):
+        batches = [rollout(client, seed=s) for s in range(3)]
+        ok(step(client, batches[0]))
+        save(client, directory)
+        later = [ok(step(client, batch)) for batch in batches[1:]]
+        final = weights(client, "policy")
+    as_format_1(directory)
+    assert (directory / "optimizer.pt").is_file() and not (directory / "dcp").exists()
+    with worker_with(tiny_dir) as (client, _):
+        restored = ok(
+            client.call("load_checkpoint", {"model": "policy", "dir": str(directory)}, timeout=60)[0]
+        )
+        assert restored["step"] == 1
+        resumed = [ok(step(client, batch)) for batch in batches[1:]]
+        assert [r["metrics"] for r in resumed] == [r["metrics"] for r in later]
+        got = weights(client, "policy")
+        assert all(torch.equal(final[k], got[k]) for k in final)

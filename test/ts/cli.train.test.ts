@@ -3,7 +3,7 @@
 // (stdout is a pipe), the run directory, Ctrl-C sent to the process group as a terminal does (exit 130 with a
 // checkpoint), a second Ctrl-C, and --resume continuing the curve from the next step.
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
@@ -14,6 +14,7 @@ const ROOT = resolve(import.meta.dirname, "..", "..");
 const CLI = join(ROOT, "sdk", "cli", "main.ts");
 const SFT_CONFIG = join(ROOT, "examples", "configs", "sft-digit-sort.yaml");
 const GRPO_CONFIG = join(ROOT, "examples", "configs", "grpo-digit-sort.yaml");
+const DDP_CONFIG = join(ROOT, "examples", "configs", "grpo-ddp.yaml");
 
 interface Run {
   readonly code: number | null;
@@ -169,6 +170,28 @@ describe("posttrain sft and grpo: real runs (in order: the later ones start from
     const again = await posttrain("grpo", "--config", GRPO_CONFIG, "--run-dir", runDir, "--set", `model.path=${model}`);
     expect(again.code).toBe(2);
     expect(again.stderr).toContain("already holds a run");
+  });
+
+  it("grpo with examples/configs/grpo-ddp.yaml: two FSDP trainer ranks and two generators, saved as one sharded checkpoint", { timeout: 240_000 }, async () => {
+    const runDir = join(dir, "grpo-ddp");
+    const run = await posttrain(
+      "grpo", "--config", DDP_CONFIG, "--steps", "2", "--run-dir", runDir,
+      "--set", "workers.trainer.strategy=fsdp", "--set", "promptsPerStep=2", "--set", "eval.every=0",
+    );
+    expect(run.code, run.stderr).toBe(0);
+    expectLines(run.stdout, [
+      new RegExp(`^grpo: run directory ${runDir}, 2 steps$`),
+      ...[1, 2].map((s) => new RegExp(String.raw`^step ${s}/2 reward=${NUM} `)),
+      new RegExp(String.raw`^done: step 2/2 \(2 this run, [\d.]+ s\); checkpoint ${runDir}/checkpoints/step-2; `),
+    ]);
+    const metrics = readJsonLines(join(runDir, "metrics.jsonl"));
+    expect(metrics.map((m) => m.policy_version)).toEqual([1, 2]);
+    const checkpoint = join(runDir, "checkpoints", "step-2");
+    const state = JSON.parse(readFileSync(join(checkpoint, "trainer_state.json"), "utf8")) as { worldSize: number; parallel: unknown };
+    expect(state).toMatchObject({ worldSize: 2, parallel: { strategy: "fsdp" } });
+    // one DCP shard per rank, and the full model written by rank 0
+    expect(readdirSync(join(checkpoint, "dcp")).filter((f) => f.endsWith(".distcp"))).toHaveLength(2);
+    expect(existsSync(join(checkpoint, "model.safetensors"))).toBe(true);
   });
 
   it("Ctrl-C finishes the step, saves a checkpoint and the report, exits 130; --resume continues the curve", { timeout: 300_000 }, async () => {
