@@ -3,12 +3,13 @@
 //                          --intermediate 2048 --heads 8 --kv-heads 4 --strategies ddp,fsdp --sync-hidden 1024
 //                          --sync-layers 6 --sync-intermediate 4096 --syncs 5 --threads 1]
 // Two parts, every worker with `--threads` torch threads (WorkerPool.local's `env`: OMP_NUM_THREADS, MKL_NUM_THREADS):
-//   1. Trainer step time and peak memory, one rank (`Trainer.create`) against two ranks (`Trainer.createGroup`, DDP
-//      and FSDP), on a tiny-builder model big enough that compute dominates, AdamW, GRPOLoss. Every config trains
+//   1. Trainer step time and peak memory, one rank (`Trainer.create`, and a group of one: `Trainer.createGroup` over
+//      one worker, the forward path of a group without the shared prompt forward of a lone trainer) against two
+//      ranks (`Trainer.createGroup`, DDP and FSDP), on a tiny-builder model big enough that compute dominates, AdamW, GRPOLoss. Every config trains
 //      on the same global batch: `--rows` sampled completions (`--rows / --group` prompts × `--group`, up to
 //      `--new-tokens` tokens each) generated once on the one-rank worker, with random advantages. Each config has
-//      its own workers (1 + 2 per strategy, all in one pool, started together); after `--warmup` untimed steps
-//      each, the configs step in turns (1, ddp, fsdp, 1, ddp, fsdp, ...) so that they see the same machine state,
+//      its own workers (2 + 2 per strategy, all in one pool, started together); after `--warmup` untimed steps
+//      each, the configs step in turns (1, 1 group, ddp, fsdp, 1, ...) so that they see the same machine state,
 //      and the median of `--steps` steps is reported with the speedup of two ranks over one. Memory: each
 //      worker's peak RSS (VmHWM, /proc/<pid>/status) while setting up (model load, trainer creation, and for the
 //      one-rank worker the generation of the batch) and, after resetting it (/proc/<pid>/clear_refs = 5), over the
@@ -195,7 +196,7 @@ function rowTokens(batch: TensorDict): number[] {
 async function trainerPart(dir: string): Promise<{ torch: string; report: Record<string, unknown> }> {
   const threads = String(flags.threads);
   const sizes = { hiddenSize: flags.hidden, numLayers: flags.layers, intermediateSize: flags.intermediate, numHeads: flags.heads, numKvHeads: flags.kvHeads };
-  const workerCount = 1 + 2 * strategies.length;
+  const workerCount = 2 + 2 * strategies.length;
   log(`part 1: building the model (${JSON.stringify(sizes)}) and starting ${workerCount} workers`);
   const [tiny, pool] = await Promise.all([
     makeTinyModel(join(dir, "train-model"), { ...sizes, seed: SEED }),
@@ -223,7 +224,9 @@ async function trainerPart(dir: string): Promise<{ torch: string; report: Record
       first: null,
     });
     configs.push(blank("1 rank", null, [pool.worker(0)]));
-    strategies.forEach((s, i) => configs.push(blank(`2 ranks ${s}`, s, [pool.worker(1 + 2 * i), pool.worker(2 + 2 * i)])));
+    // a group of one: the forward path of every group (no shared prompt forward) with no one to share the work with
+    configs.push(blank("1 rank group ddp", "ddp", [pool.worker(1)]));
+    strategies.forEach((s, i) => configs.push(blank(`2 ranks ${s}`, s, [pool.worker(2 + 2 * i), pool.worker(3 + 2 * i)])));
     for (const c of configs) {
       c.trainer =
         c.strategy === null ? await Trainer.create(c.workers[0]!, common) : await Trainer.createGroup(c.workers, { ...common, parallel: { strategy: c.strategy } });
@@ -255,6 +258,7 @@ async function trainerPart(dir: string): Promise<{ torch: string; report: Record
     const stepPeaks = configs.map((c) => c.workers.map((w) => statusMB(pidOf(w), "VmHWM")));
 
     const base = median(configs[0]!.ms);
+    const groupBase = median(configs[1]!.ms);
     const byConfig = Object.fromEntries(
       configs.map((c, ci) => {
         const med = median(c.ms);
@@ -268,6 +272,7 @@ async function trainerPart(dir: string): Promise<{ torch: string; report: Record
             p90StepMs: round(quantile(c.ms, 0.9), 1),
             stepMs: c.ms.map((ms) => round(ms, 1)),
             speedupOver1Rank: round(base / med),
+            speedupOver1RankGroup: round(groupBase / med),
             tokensPerS: round(tokens.reduce((a, b) => a + b, 0) / (med / 1000), 1),
             lossTokens: c.first?.numTokens ?? null,
             rank0LossTokens: c.first?.localTokens ?? c.first?.numTokens ?? null,
@@ -421,6 +426,7 @@ async function main(): Promise<void> {
       notes: [
         "trainer: step ms = Trainer.step's wall time seen from TypeScript (sharding, Arrow encoding, the workers' forward/backward/all-reduce/optimizer step); the configs step in turns after the warm-up",
         "speedupOver1Rank = the 1-rank median step / this config's, in the same run; 2 ranks x 1 torch thread against 1 rank x 1 thread: on a 2-core machine the ranks use both cores",
+        "speedupOver1RankGroup = the same against a group of one rank: a group runs one padded forward per micro-batch (DDP and FSDP need one forward of the wrapped module), where a lone trainer shares each prompt group's prompt forward, so this ratio isolates the data-parallel scaling",
         "memory: VmHWM of each worker (/proc/<pid>/status). setupPeakRssMB: before the timed steps (model load, trainer creation, warm-up steps, and the batch's generation on the 1-rank worker); stepsPeakRssMB: over the timed steps, after resetting the peak (clear_refs 5; null where that failed); stepsStartRssMB: RSS at that reset",
         "maxLossDiffVs1Rank: the largest |loss| difference against the 1-rank trainer at the same step (the same batch and weights, so it should be ~0)",
         "weightSync: ms = ZMQWeightSyncScheme.updateWeights wall time; the generators receive one after the other; gbPerS = bytes to all generators / median s (GB = 1e9 bytes), gbPerSPerGenerator = bytes per generator / median s",
