@@ -28,7 +28,7 @@ import { z } from "zod";
 import { GRPOTrainer, SFTTrainer, WorkerPool, type EvalRecord, type StepRecord } from "../sdk/index.js";
 import { parseOptions } from "../sdk/core/index.js";
 import { RpcTimer } from "./grpo-profile.js";
-import { machineFacts, median, round } from "./stats.js";
+import { compactJSON, machineFacts, median, round } from "./stats.js";
 
 const FlagsSchema = z.strictObject({
   /** A smoke run: a few steps of each k, one round, a short warm-up. */
@@ -388,14 +388,6 @@ function summarize(runs: readonly RunResult[]): Record<string, unknown> {
 function meanByKey(rows: readonly Record<string, number>[]): Record<string, number> {
   const keys = [...new Set(rows.flatMap((r) => Object.keys(r)))].sort();
   return Object.fromEntries(keys.map((k) => [k, round(mean(rows.map((r) => r[k] ?? 0)), 1)]));
-}
-
-/** JSON with two-space indentation, but arrays of numbers, nulls or one-word strings on one line. */
-function compactJSON(value: unknown): string {
-  return JSON.stringify(value, null, 2).replace(/\[\s*([^[\]{}]*?)\s*\]/g, (whole: string, items: string) => {
-    const parts = items.split(/,\s*/);
-    return parts.every((p) => /^(-?[\d.eE+-]+|null|"[\w.-]*")$/.test(p)) ? `[${parts.join(", ")}]` : whole;
-  });
 }
 
 async function main(): Promise<void> {

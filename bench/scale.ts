@@ -39,7 +39,7 @@ import {
   type WorkerClient,
 } from "../sdk/index.js";
 import { parseOptions } from "../sdk/core/index.js";
-import { machineFacts, median, quantile, round } from "./stats.js";
+import { compactJSON, machineFacts, median, quantile, round } from "./stats.js";
 
 const FlagsSchema = z.strictObject({
   /** A smoke run: small models, a few steps and syncs. */
@@ -397,14 +397,6 @@ async function syncPart(dir: string): Promise<Record<string, unknown>> {
   } finally {
     await pool.close();
   }
-}
-
-/** JSON with two-space indentation, but arrays of numbers, nulls or one-word strings on one line. */
-function compactJSON(value: unknown): string {
-  return JSON.stringify(value, null, 2).replace(/\[\s*([^[\]{}]*?)\s*\]/g, (whole: string, items: string) => {
-    const parts = items.split(/,\s*/);
-    return parts.every((p) => /^(-?[\d.eE+-]+|null|"[\w.-]*")$/.test(p)) ? `[${parts.join(", ")}]` : whole;
-  });
 }
 
 async function main(): Promise<void> {

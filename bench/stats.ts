@@ -70,3 +70,11 @@ export function machineFacts(torch: string, loadBefore: number): Record<string, 
     loadAverage: { before: loadBefore, after: round(loadavg()[0] ?? 0, 2) },
   };
 }
+
+/** JSON with two-space indentation, but arrays of numbers, nulls or one-word strings on one line. */
+export function compactJSON(value: unknown): string {
+  return JSON.stringify(value, null, 2).replace(/\[\s*([^[\]{}]*?)\s*\]/g, (whole: string, items: string) => {
+    const parts = items.split(/,\s*/);
+    return parts.every((p) => /^(-?[\d.eE+-]+|null|"[\w.-]*")$/.test(p)) ? `[${parts.join(", ")}]` : whole;
+  });
+}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 import zmq
-from posttrain_worker.codec import TensorBatch
+from posttrain_worker.codec import TensorBatch, encode_batch
 from posttrain_worker.codec.types import Ragged
 from posttrain_worker.training.parallel import TEST_ONLY_LOCAL_NORM_ENV
 from training_harness import rollout, weights
@@ -29,7 +29,7 @@ def _free_port() -> int:
 
 
 class Workers:
-    """Started workers and their clients; a request to a group goes to all ranks before a reply is read."""
+    """Started workers and their clients."""
 
     def __init__(self, count: int, env: dict[str, str] | None = None) -> None:
         self.context = zmq.Context()
@@ -40,17 +40,6 @@ class Workers:
             self.workers.append(worker)
             self.clients.append(Client(self.context, worker.endpoint))
 
-    def all(
-        self, clients: Sequence[Client], method: str, args: Sequence[dict[str, Any]], timeout: float = 120
-    ) -> list[Any]:
-        ids = [c.request(method, a) for c, a in zip(clients, args, strict=True)]
-        replies = []
-        for c, request_id in zip(clients, ids, strict=True):
-            reply, _ = c.recv(timeout)
-            assert reply["id"] == request_id, reply
-            replies.append(reply)
-        return replies
-
     def close(self) -> None:
         for client in self.clients:
             client.close()
@@ -59,12 +48,34 @@ class Workers:
         self.context.destroy(linger=0)
 
 
-def join(workers: Workers, ranks: Sequence[Client]) -> None:
+def on_all(
+    clients: Sequence[Client],
+    method: str,
+    args: Sequence[dict[str, Any]],
+    timeout: float = 120,
+    batches: Sequence[TensorBatch] | None = None,
+) -> list[Any]:
+    """``method`` on every client at once (with one tensordict each when ``batches``); the replies."""
+    ids = [
+        c.request(method, a)
+        if batches is None
+        else c.request(method, a, payloads=[{"kind": "tensordict"}], frames=(encode_batch(batches[i]),))
+        for i, (c, a) in enumerate(zip(clients, args, strict=True))
+    ]
+    replies = []
+    for c, request_id in zip(clients, ids, strict=True):
+        reply, _ = c.recv(timeout)
+        assert reply["id"] == request_id, reply
+        replies.append(reply)
+    return replies
+
+
+def join(ranks: Sequence[Client]) -> None:
     init = f"tcp://127.0.0.1:{_free_port()}"
     args = [
         {"backend": "gloo", "initMethod": init, "rank": r, "worldSize": len(ranks)} for r in range(len(ranks))
     ]
-    for reply in workers.all(ranks, "dist_init", args):
+    for reply in on_all(ranks, "dist_init", args):
         ok(reply)
 
 
@@ -73,7 +84,7 @@ def pool() -> Iterator[Workers]:
     """Worker 0 trains alone; workers 1 and 2 are a trainer group of two ranks."""
     workers = Workers(3)
     try:
-        join(workers, workers.clients[1:])
+        join(workers.clients[1:])
         yield workers
     finally:
         workers.close()
@@ -99,31 +110,20 @@ def interleaved(batch: TensorBatch) -> TensorBatch:
     return take(batch, [*range(0, batch.rows, 2), *range(1, batch.rows, 2)])
 
 
-def create_all(workers: Workers, clients: Sequence[Client], model_dir: Path, **trainer: Any) -> None:
-    for reply in workers.all(
+def create_all(clients: Sequence[Client], model_dir: Path, **trainer: Any) -> None:
+    for reply in on_all(
         clients, "load_model", [{"name": "policy", "path": str(model_dir), "replace": True}] * len(clients)
     ):
         ok(reply)
     args = {"model": "policy", "optimizer": SGD, "gradClip": None, "replace": True, **trainer}
-    for reply in workers.all(clients, "trainer_create", [args] * len(clients)):
+    for reply in on_all(clients, "trainer_create", [args] * len(clients)):
         ok(reply)
 
 
 def group_step(
     ranks: Sequence[Client], shards: Sequence[TensorBatch], method: str = "train_step"
 ) -> list[Any]:
-    from posttrain_worker.codec import encode_batch
-
-    ids = [
-        c.request(method, {"model": "policy"}, payloads=[{"kind": "tensordict"}], frames=(encode_batch(s),))
-        for c, s in zip(ranks, shards, strict=True)
-    ]
-    out = []
-    for c, request_id in zip(ranks, ids, strict=True):
-        reply, _ = c.recv(120)
-        assert reply["id"] == request_id, reply
-        out.append(reply)
-    return out
+    return on_all(ranks, method, [{"model": "policy"}] * len(ranks), batches=shards)
 
 
 def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -143,8 +143,8 @@ def run_parity(
     """3 steps on one rank (whole batches) and on the group (an uneven split: rank 0 gets 3 rows, rank 1 the
     rest); the largest weight difference after them, and the group's results."""
     single, ranks = workers.clients[0], workers.clients[1:]
-    create_all(workers, [single], model_dir, loss=loss, **extra)
-    create_all(workers, ranks, model_dir, loss=loss, parallel={"strategy": strategy}, **extra)
+    create_all([single], model_dir, loss=loss, **extra)
+    create_all(ranks, model_dir, loss=loss, parallel={"strategy": strategy}, **extra)
     initial = weights(single, "policy")
     results = []
     for seed in range(3):
@@ -206,7 +206,7 @@ def test_micro_batches_and_gradient_checkpointing_keep_the_parity(pool: Workers,
 def test_normalising_per_rank_fails_the_parity(tiny_dir: Path) -> None:
     workers = Workers(3, env={TEST_ONLY_LOCAL_NORM_ENV: "1"})
     try:
-        join(workers, workers.clients[1:])
+        join(workers.clients[1:])
         token_mean = {"type": "grpo", "aggregation": "token_mean"}
         difference, _ = run_parity(workers, tiny_dir, token_mean, "ddp", global_counts=False)
     finally:
@@ -216,19 +216,17 @@ def test_normalising_per_rank_fails_the_parity(tiny_dir: Path) -> None:
 
 def test_checkpoints_move_between_rank_counts(pool: Workers, tiny_dir: Path, tmp_path: Path) -> None:
     single, ranks = pool.clients[0], pool.clients[1:]
-    create_all(pool, [single], tiny_dir, loss={"type": "grpo"})
+    create_all([single], tiny_dir, loss={"type": "grpo"})
     batches = [rollout(single, seed=s) for s in range(3)]
     halves = [[take(b, range(4)), take(b, range(4, b.rows))] for b in batches]
     adam = {"type": "adamw", "lr": 1e-3}
     for strategy in ("fsdp", "ddp"):
         saved_on_two = tmp_path / f"two-{strategy}"
         # the uninterrupted run on the group, saving after step 1
-        create_all(
-            pool, ranks, tiny_dir, loss={"type": "grpo"}, optimizer=adam, parallel={"strategy": strategy}
-        )
+        create_all(ranks, tiny_dir, loss={"type": "grpo"}, optimizer=adam, parallel={"strategy": strategy})
         for reply in group_step(ranks, halves[0]):
             ok(reply)
-        saves = pool.all(
+        saves = on_all(
             ranks,
             "save_checkpoint",
             [{"model": "policy", "dir": str(saved_on_two), "dataPosition": {"i": 1}}] * 2,
@@ -239,7 +237,7 @@ def test_checkpoints_move_between_rank_counts(pool: Workers, tiny_dir: Path, tmp
                 ok(reply)
         uninterrupted = weights(ranks[0], "policy")
         # resumed on one rank: the same next steps on whole batches
-        create_all(pool, [single], tiny_dir, loss={"type": "grpo"}, optimizer=adam)
+        create_all([single], tiny_dir, loss={"type": "grpo"}, optimizer=adam)
         restored = ok(
             single.call("load_checkpoint", {"model": "policy", "dir": str(saved_on_two)}, timeout=60)[0]
         )
@@ -250,14 +248,14 @@ def test_checkpoints_move_between_rank_counts(pool: Workers, tiny_dir: Path, tmp
 
     # and the reverse: saved on one rank after step 1, resumed on two
     saved_on_one = tmp_path / "one"
-    create_all(pool, [single], tiny_dir, loss={"type": "grpo"}, optimizer=adam)
+    create_all([single], tiny_dir, loss={"type": "grpo"}, optimizer=adam)
     ok(call(single, "train_step", {"model": "policy"}, batches[0]))
     ok(single.call("save_checkpoint", {"model": "policy", "dir": str(saved_on_one)}, timeout=60)[0])
     for batch in batches[1:]:
         ok(call(single, "train_step", {"model": "policy"}, batch))
     uninterrupted = weights(single, "policy")
-    create_all(pool, ranks, tiny_dir, loss={"type": "grpo"}, optimizer=adam, parallel={"strategy": "fsdp"})
-    for reply in pool.all(ranks, "load_checkpoint", [{"model": "policy", "dir": str(saved_on_one)}] * 2):
+    create_all(ranks, tiny_dir, loss={"type": "grpo"}, optimizer=adam, parallel={"strategy": "fsdp"})
+    for reply in on_all(ranks, "load_checkpoint", [{"model": "policy", "dir": str(saved_on_one)}] * 2):
         assert ok(reply)["step"] == 1
     for batch in halves[1:]:
         for reply in group_step(ranks, batch):
@@ -267,8 +265,8 @@ def test_checkpoints_move_between_rank_counts(pool: Workers, tiny_dir: Path, tmp
 
 def test_a_bad_shard_fails_every_rank_and_the_group_keeps_serving(pool: Workers, tiny_dir: Path) -> None:
     single, ranks = pool.clients[0], pool.clients[1:]
-    create_all(pool, [single], tiny_dir, loss={"type": "grpo"})
-    create_all(pool, ranks, tiny_dir, loss={"type": "grpo"}, parallel={"strategy": "ddp"})
+    create_all([single], tiny_dir, loss={"type": "grpo"})
+    create_all(ranks, tiny_dir, loss={"type": "grpo"}, parallel={"strategy": "ddp"})
     batch = rollout(single, seed=7)
     good = [take(batch, range(4)), take(batch, range(4, batch.rows))]
     columns = dict(good[1].columns)
@@ -282,7 +280,7 @@ def test_a_bad_shard_fails_every_rank_and_the_group_keeps_serving(pool: Workers,
     # the collective model wrapping could leave the other waiting
     ok(ranks[0].call("clone_model", {"source": "policy", "name": "ref", "replace": True}, timeout=60)[0])
     args = {"model": "policy", "loss": {"type": "grpo"}, "refModel": "ref", "replace": True}
-    replies = pool.all(ranks, "trainer_create", [{**args, "parallel": {"strategy": "ddp"}}] * 2, timeout=20)
+    replies = on_all(ranks, "trainer_create", [{**args, "parallel": {"strategy": "ddp"}}] * 2, timeout=20)
     assert "another rank (1)" in error(replies[0], "BAD_ARGUMENTS")
     error(replies[1], "MODEL_NOT_LOADED")
     # without a process group, "parallel" is refused and names the field
@@ -305,8 +303,8 @@ def test_a_bad_shard_fails_every_rank_and_the_group_keeps_serving(pool: Workers,
 
 def test_a_sharded_model_needs_a_fresh_load_for_a_new_trainer(pool: Workers, tiny_dir: Path) -> None:
     ranks = pool.clients[1:]
-    create_all(pool, ranks, tiny_dir, loss={"type": "grpo"}, parallel={"strategy": "fsdp"})
+    create_all(ranks, tiny_dir, loss={"type": "grpo"}, parallel={"strategy": "fsdp"})
     args = {"model": "policy", "loss": {"type": "grpo"}, "parallel": {"strategy": "fsdp"}, "replace": True}
-    for reply in pool.all(ranks, "trainer_create", [args, args]):
+    for reply in on_all(ranks, "trainer_create", [args, args]):
         assert "load it again" in error(reply, "BAD_ARGUMENTS")
     assert ok(load(ranks[0], "policy", tiny_dir, replace=True))["name"] == "policy"
