@@ -35,6 +35,8 @@ export type WorkerErrorCode =
   | "BAD_ARGUMENTS"
   | "BAD_PAYLOAD"
   | "PAYLOAD_TOO_LARGE"
+  | "UNAUTHENTICATED"
+  | "OVERLOADED"
   | "CANCELLED"
   | "INTERNAL"
   | (string & {});
@@ -50,6 +52,24 @@ export class WorkerError extends PosttrainError {
     super(code, `${method}: ${message}`);
     this.method = method;
     this.details = details;
+  }
+}
+
+/**
+ * The worker already holds as many compute requests as its `--max-in-flight` allows (running and queued, over all
+ * its clients): this request was not queued and can be sent again once some are answered. The worker is serving.
+ *
+ * ```ts
+ * try { await worker.call("compute_for", { seconds: 1 }); } catch (err) { if (err instanceof WorkerOverloadedError) retryLater(); }
+ * ```
+ */
+export class WorkerOverloadedError extends WorkerError {
+  /** The worker's limit on compute requests in flight (`details.maxInFlight`), when it said. */
+  readonly maxInFlight: number | undefined;
+
+  constructor(method: string, message: string, details: Record<string, unknown> = {}) {
+    super("OVERLOADED", method, message, details);
+    this.maxInFlight = typeof details.maxInFlight === "number" ? details.maxInFlight : undefined;
   }
 }
 
@@ -107,6 +127,47 @@ export class WorkerStartError extends PosttrainError {
 export class WorkerUnresponsiveError extends PosttrainError {
   constructor(workerName: string, silentMs: number) {
     super("WORKER_UNRESPONSIVE", `worker ${workerName} answered no heartbeat for ${silentMs} ms`);
+  }
+}
+
+/**
+ * A call outlived its watchdog (`RequestOptions.watchdogMs`, or the connection's `watchdogMs`): the worker's compute
+ * thread is taken to have stopped making progress, so the connection failed with this error (every pending request
+ * is rejected with it) and the worker process was killed. Unlike `RequestTimeoutError`, which gives up on one
+ * request and leaves the worker serving, this ends the worker; a supervisor restarts it.
+ */
+export class WorkerHungError extends PosttrainError {
+  /** The method whose call outlived the watchdog. */
+  readonly method: string;
+  /** The watchdog limit, in ms. */
+  readonly limitMs: number;
+
+  constructor(workerName: string, method: string, limitMs: number) {
+    super(
+      "WORKER_HUNG",
+      `${workerName}: ${method} got no reply within its watchdog limit of ${limitMs} ms; the worker was ` +
+        "taken to be hung and killed",
+    );
+    this.method = method;
+    this.limitMs = limitMs;
+  }
+}
+
+/**
+ * A request too large for the worker, refused before anything was sent: its payload frames add up to more than the
+ * worker's `maxPayloadBytes`, or one frame is larger than the socket accepts. Sending it would get the connection
+ * cut by the worker's socket (`ZMQ_MAXMSGSIZE`) or a `PAYLOAD_TOO_LARGE` reply.
+ */
+export class PayloadTooLargeError extends PosttrainError {
+  /** The size that is over the limit, in bytes. */
+  readonly sizeBytes: number;
+  /** The limit, in bytes. */
+  readonly limitBytes: number;
+
+  constructor(message: string, sizeBytes: number, limitBytes: number) {
+    super("PAYLOAD_TOO_LARGE", message);
+    this.sizeBytes = sizeBytes;
+    this.limitBytes = limitBytes;
   }
 }
 

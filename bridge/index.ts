@@ -12,9 +12,10 @@ export {
   type WorkerInfo,
 } from "./protocol/envelope.js";
 export type { Payload } from "./protocol/payload.js";
+export { MAX_ARGS_DEPTH, MAX_NESTING_DEPTH, MIN_FRAME_LIMIT_BYTES, frameLimitBytes, type WorkerLimits } from "./protocol/limits.js";
 export { RPCChannel, type RequestOptions, type RPCChannelOptions, type RPCReply } from "./protocol/channel.js";
 export type { Transport, TransportHandler } from "./transport/transport.js";
-export { ZMQDealerTransport, type ZMQDealerOptions } from "./transport/zmq.js";
+export { ZMQDealerTransport, type ZMQCurveClientOptions, type ZMQDealerOptions } from "./transport/zmq.js";
 export { InMemoryTransport } from "./transport/memory.js";
 export { WorkerProcess, type WorkerExit, type WorkerLogMode, type WorkerProcessOptions, type WorkerReady } from "./worker/process.js";
 export { WorkerConnection, type ConnectionOptions, type OpenConnectionOptions } from "./worker/connection.js";
@@ -26,4 +27,11 @@ export {
   type LocalWorkersOptions,
 } from "./worker/local.js";
 export { packageRoot, resolvePython } from "./worker/python.js";
+export {
+  clientAuth,
+  generatePoolKeys,
+  workerAuthLine,
+  type ConnectionAuth,
+  type PoolKeys,
+} from "./worker/keys.js";
 export * from "./deprecated.js";

@@ -16,6 +16,7 @@ export * from "./runs/index.js";
 export {
   ConnectionClosedError,
   InvalidArgumentError,
+  PayloadTooLargeError,
   PosttrainError,
   ProtocolError,
   RequestAbortedError,
@@ -23,6 +24,8 @@ export {
   WireFormatError,
   WorkerDiedError,
   WorkerError,
+  WorkerHungError,
+  WorkerOverloadedError,
   WorkerStartError,
   WorkerUnresponsiveError,
   PROTOCOL_VERSION,

@@ -1,10 +1,13 @@
 import {
   ConnectionClosedError,
+  InvalidArgumentError,
   PosttrainError,
   ProtocolError,
   RequestAbortedError,
   RequestTimeoutError,
   WorkerError,
+  WorkerHungError,
+  WorkerOverloadedError,
 } from "../errors.js";
 import type { Transport } from "../transport/transport.js";
 import type { DType } from "../wire/dtypes.js";
@@ -17,6 +20,7 @@ import {
   type PayloadDescriptor,
   type ResponseEnvelope,
 } from "./envelope.js";
+import { checkArgsDepth, checkRequestSize, type WorkerLimits } from "./limits.js";
 import type { Payload } from "./payload.js";
 
 /** Per-request options. */
@@ -25,6 +29,17 @@ export interface RequestOptions {
   readonly timeoutMs?: number;
   /** Cancels the request: it is rejected with `RequestAbortedError` and the worker drops it if not started. */
   readonly signal?: AbortSignal;
+  /**
+   * Milliseconds after which an unanswered call means the worker's compute thread stopped making progress: the whole
+   * channel fails with `WorkerHungError` (every pending request is rejected with it) and the worker is killed. `0`
+   * turns it off; defaults to the channel's `watchdogMs`. The time counts from sending, so it includes the time the
+   * call waits in the worker's queue behind others. Compare `timeoutMs`, which gives up on this request only.
+   *
+   * ```ts
+   * await worker.invoke("train_step", { model: "policy" }, [batch], { watchdogMs: 10 * 60_000 });
+   * ```
+   */
+  readonly watchdogMs?: number;
 }
 
 /** A successful reply. */
@@ -41,6 +56,10 @@ export interface RPCChannelOptions {
   readonly requestTimeoutMs?: number;
   /** Called for messages that cannot be routed to a request (malformed, unknown id). */
   readonly onProtocolError?: (error: ProtocolError) => void;
+  /** Default per-call watchdog in ms (`RequestOptions.watchdogMs`); `0` (the default) is off. */
+  readonly watchdogMs?: number;
+  /** Called once the channel failed with `WorkerHungError`: the owner kills the hung worker there. */
+  readonly onHung?: (error: WorkerHungError) => void;
 }
 
 interface Pending {
@@ -66,6 +85,7 @@ export class RPCChannel {
   private nextId = 1;
   private failure: Error | undefined;
   private lastMessageAt = Date.now();
+  private limits: WorkerLimits | undefined;
 
   constructor(
     private readonly transport: Transport,
@@ -96,6 +116,14 @@ export class RPCChannel {
     return this.failure;
   }
 
+  /**
+   * The worker's size limits (from its handshake): from now on a request over them is refused before it is sent,
+   * with `PayloadTooLargeError`, instead of meeting a disconnect by the worker's socket.
+   */
+  setLimits(limits: WorkerLimits): void {
+    this.limits = limits;
+  }
+
   /** Calls `method` on the worker with JSON `args` and payload frames. */
   request(
     method: string,
@@ -108,6 +136,7 @@ export class RPCChannel {
     if (signal?.aborted === true) return Promise.reject(new RequestAbortedError(method, signal.reason));
     const id = this.nextId++;
     const timeoutMs = options.timeoutMs ?? this.options.requestTimeoutMs ?? 0;
+    const watchdogMs = options.watchdogMs ?? this.options.watchdogMs ?? 0;
     const envelope: ClientMessage = {
       v: PROTOCOL_VERSION,
       type: "request",
@@ -116,13 +145,28 @@ export class RPCChannel {
       args,
       payloads: payloads.map(describePayload),
     };
+    let head: Uint8Array;
+    try {
+      // The caller's mistakes, refused before anything goes out: the worker would answer them with an error at
+      // best (too deep) and cut the connection at worst (a frame over its socket's limit).
+      if (!(watchdogMs >= 0 && Number.isFinite(watchdogMs))) {
+        throw new InvalidArgumentError(`${method} options.watchdogMs: expected a non-negative number of ms (0 = off), got ${String(watchdogMs)}`);
+      }
+      checkArgsDepth(method, args);
+      head = encodeEnvelope(envelope);
+      if (this.limits !== undefined) checkRequestSize(method, head, payloads, this.limits);
+    } catch (err) {
+      return Promise.reject(err instanceof Error ? err : new ProtocolError(String(err)));
+    }
     return new Promise<RPCReply>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
+      let watchdog: NodeJS.Timeout | undefined;
       const onAbort = (): void => {
         this.abandon(id, new RequestAbortedError(method, signal?.reason));
       };
       const cleanup = (): void => {
         if (timer !== undefined) clearTimeout(timer);
+        if (watchdog !== undefined) clearTimeout(watchdog);
         signal?.removeEventListener("abort", onAbort);
       };
       this.pending.set(id, { method, resolve, reject, cleanup });
@@ -131,8 +175,13 @@ export class RPCChannel {
           this.abandon(id, new RequestTimeoutError(method, timeoutMs));
         }, timeoutMs);
       }
+      if (watchdogMs > 0) {
+        watchdog = setTimeout(() => {
+          this.onWatchdog(method, watchdogMs);
+        }, watchdogMs);
+      }
       signal?.addEventListener("abort", onAbort, { once: true });
-      const frames = [encodeEnvelope(envelope), ...payloads.map((p) => p.data)];
+      const frames = [head, ...payloads.map((p) => p.data)];
       this.transport.send(frames).catch((err: unknown) => {
         this.settle(id, (p) => {
           p.reject(err instanceof Error ? err : new ConnectionClosedError(String(err)));
@@ -197,6 +246,14 @@ export class RPCChannel {
   async close(): Promise<void> {
     this.fail(new ConnectionClosedError(`${this.options.name}: connection closed by the client`));
     await this.transport.close();
+  }
+
+  /** A call outlived its watchdog: the worker is hung, so everything pending on it fails, then its owner kills it. */
+  private onWatchdog(method: string, limitMs: number): void {
+    if (this.failure !== undefined) return;
+    const error = new WorkerHungError(this.options.name, method, limitMs);
+    this.fail(error);
+    this.options.onHung?.(error);
   }
 
   private abandon(id: number, error: PosttrainError): void {
@@ -265,6 +322,7 @@ function describePayload(payload: Payload): PayloadDescriptor {
 function toReply(method: string, message: ResponseEnvelope, frames: Uint8Array[]): RPCReply | Error {
   if (!message.ok) {
     const error = message.error ?? { code: "INTERNAL", message: "failed without an error object" };
+    if (error.code === "OVERLOADED") return new WorkerOverloadedError(method, error.message, error.details ?? {});
     return new WorkerError(error.code, method, error.message, error.details ?? {});
   }
   if (frames.length !== message.payloads.length) {

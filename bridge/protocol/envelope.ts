@@ -85,6 +85,20 @@ export type ClientMessage =
   | z.infer<typeof HeartbeatEnvelopeSchema>
   | z.infer<typeof CancelEnvelopeSchema>;
 
+/** The arguments of the `handshake` request, the first a client sends. */
+export const HandshakeArgsSchema = z.strictObject({
+  protocolVersion: z.number().int().nonnegative(),
+  client: z.object({ name: z.string(), version: z.string() }).optional(),
+  /**
+   * The pool secret (hex). A worker started with one answers every other request, heartbeats included, with
+   * `UNAUTHENTICATED` until this identity has handshaken with it; a wrong one is refused the same way.
+   */
+  secret: z.string().optional(),
+});
+
+/** The arguments of the `handshake` request. */
+export type HandshakeArgs = z.infer<typeof HandshakeArgsSchema>;
+
 /** Facts a worker reports in its handshake. */
 export const WorkerInfoSchema = z.object({
   protocolVersion: z.number().int(),

@@ -2,10 +2,25 @@ import { Dealer } from "zeromq";
 import { ConnectionClosedError } from "../errors.js";
 import type { Transport, TransportHandler } from "./transport.js";
 
+/** CURVE settings of a DEALER: the worker's public key and this client's key pair (Z85 text). */
+export interface ZMQCurveClientOptions {
+  /** The worker's CURVE server public key. */
+  readonly serverPublicKey: string;
+  /** This client's public key: the worker admits only the pool's. */
+  readonly publicKey: string;
+  /** This client's secret key. */
+  readonly secretKey: string;
+}
+
 /** Options of {@link ZMQDealerTransport}. */
 export interface ZMQDealerOptions {
   /** Endpoint of the worker's ROUTER, e.g. `ipc:///tmp/x/worker-0.sock` or `tcp://127.0.0.1:5555`. */
   readonly endpoint: string;
+  /**
+   * Connect as a CURVE client (encrypted and authenticated; required by tcp workers the SDK starts). A worker
+   * that refuses the key never answers: the handshake's timeout reports it.
+   */
+  readonly curve?: ZMQCurveClientOptions;
 }
 
 /**
@@ -22,7 +37,15 @@ export class ZMQDealerTransport implements Transport {
 
   constructor(options: ZMQDealerOptions) {
     // linger 0: close() must not block on unsent messages to a worker that may be gone.
-    this.socket = new Dealer({ linger: 0, sendHighWaterMark: 0, receiveHighWaterMark: 0 });
+    const curve = options.curve;
+    this.socket = new Dealer({
+      linger: 0,
+      sendHighWaterMark: 0,
+      receiveHighWaterMark: 0,
+      ...(curve !== undefined
+        ? { curveServerKey: curve.serverPublicKey, curvePublicKey: curve.publicKey, curveSecretKey: curve.secretKey }
+        : {}),
+    });
     this.socket.connect(options.endpoint);
   }
 

@@ -1,14 +1,22 @@
 import {
   ConnectionClosedError,
+  InvalidArgumentError,
   ProtocolError,
   WorkerDiedError,
   WorkerUnresponsiveError,
 } from "../errors.js";
 import { RPCChannel, type RequestOptions, type RPCReply } from "../protocol/channel.js";
-import { PROTOCOL_VERSION, WorkerInfoSchema, type HeartbeatReply, type WorkerInfo } from "../protocol/envelope.js";
+import {
+  PROTOCOL_VERSION,
+  WorkerInfoSchema,
+  type HandshakeArgs,
+  type HeartbeatReply,
+  type WorkerInfo,
+} from "../protocol/envelope.js";
 import type { Payload } from "../protocol/payload.js";
 import type { Transport } from "../transport/transport.js";
 import { ZMQDealerTransport } from "../transport/zmq.js";
+import { ConnectionAuthSchema, type ConnectionAuth } from "./keys.js";
 import type { WorkerProcess } from "./process.js";
 
 /** Liveness and timeout settings of a {@link WorkerConnection}. */
@@ -24,10 +32,21 @@ export interface ConnectionOptions {
   readonly heartbeatTimeoutMs?: number;
   /** Timeout of the handshake in ms (default 30 000). */
   readonly handshakeTimeoutMs?: number;
+  /**
+   * Default per-call watchdog in ms (`RequestOptions.watchdogMs`): a call unanswered this long fails the connection
+   * with `WorkerHungError` and kills the worker process. `0` (default) is off: heartbeats alone cannot see a compute
+   * thread that stopped, since the I/O thread answers them.
+   */
+  readonly watchdogMs?: number;
 }
 
 /** Options of {@link WorkerConnection.open}. */
 export interface OpenConnectionOptions extends ConnectionOptions {
+  /**
+   * The pool secret the handshake carries, and for tcp the CURVE keys (see `clientAuth`); required by every
+   * worker the SDK starts. Validated: a malformed value is an `InvalidArgumentError` naming the field.
+   */
+  readonly auth?: ConnectionAuth;
   /** Name used in messages, e.g. `"worker 0"`. */
   readonly name: string;
   /** The worker's endpoint (from its READY line). */
@@ -59,12 +78,16 @@ export class WorkerConnection {
 
   /** Connects, performs the handshake and starts supervision. */
   static async open(options: OpenConnectionOptions): Promise<WorkerConnection> {
-    const transport = options.transport ?? newZmqTransport(options);
+    const auth = parseAuth(options);
+    const transport = options.transport ?? newZmqTransport(options, auth);
+    const proc = options.process;
     const channel = new RPCChannel(transport, {
       name: options.name,
       requestTimeoutMs: options.requestTimeoutMs ?? 0,
+      watchdogMs: options.watchdogMs ?? 0,
+      // A hung compute thread never returns: only a kill frees the worker (a supervisor restarts it).
+      onHung: () => proc?.kill("SIGKILL"),
     });
-    const proc = options.process;
     const state = { closing: false };
     if (proc !== undefined) {
       void proc.exited.then(({ exitCode, signal }) => {
@@ -77,9 +100,14 @@ export class WorkerConnection {
     }
     let info: WorkerInfo;
     try {
+      const args: HandshakeArgs = {
+        protocolVersion: PROTOCOL_VERSION,
+        client: { name: "posttrain", version: CLIENT_VERSION },
+        ...(auth !== undefined ? { secret: auth.secret } : {}),
+      };
       const reply = await channel.request(
         "handshake",
-        { protocolVersion: PROTOCOL_VERSION, client: { name: "posttrain", version: CLIENT_VERSION } },
+        args,
         [],
         { timeoutMs: options.handshakeTimeoutMs ?? 30_000 },
       );
@@ -97,6 +125,7 @@ export class WorkerConnection {
       await channel.close();
       throw err;
     }
+    channel.setLimits({ maxPayloadBytes: info.maxPayloadBytes });
     const connection = new WorkerConnection(options.name, channel, info, proc, state);
     connection.startHeartbeats(options.heartbeatIntervalMs ?? 2000, options.heartbeatTimeoutMs ?? 60_000);
     return connection;
@@ -140,7 +169,7 @@ export class WorkerConnection {
     if (this.alive) {
       // Requests still pending end here, as closed by the client, whatever the worker answers them later.
       this.channel.rejectPending(new ConnectionClosedError(`${this.name}: connection closed by the client`));
-      await this.channel.request("shutdown", {}, [], { timeoutMs }).catch(() => undefined);
+      await this.channel.request("shutdown", {}, [], { timeoutMs, watchdogMs: 0 }).catch(() => undefined);
     }
     await this.channel.close();
     if (proc !== undefined) {
@@ -178,11 +207,25 @@ export class WorkerConnection {
   }
 }
 
-function newZmqTransport(options: OpenConnectionOptions): Transport {
+function parseAuth(options: OpenConnectionOptions): ConnectionAuth | undefined {
+  if (options.auth === undefined) return undefined;
+  const parsed = ConnectionAuthSchema.safeParse(options.auth);
+  if (!parsed.success) {
+    // The issues name the field; the values are secrets and stay out of the message.
+    const where = parsed.error.issues.map((i) => `auth.${i.path.join(".")}: ${i.message}`).join("; ");
+    throw new InvalidArgumentError(`${options.name}: ${where}`);
+  }
+  return parsed.data;
+}
+
+function newZmqTransport(options: OpenConnectionOptions, auth: ConnectionAuth | undefined): Transport {
   if (options.endpoint === undefined) {
     throw new ProtocolError(`${options.name}: neither an endpoint nor a transport was given`);
   }
-  return new ZMQDealerTransport({ endpoint: options.endpoint });
+  return new ZMQDealerTransport({
+    endpoint: options.endpoint,
+    ...(auth?.curve !== undefined ? { curve: auth.curve } : {}),
+  });
 }
 
 async function waitFor(promise: Promise<unknown>, timeoutMs: number): Promise<boolean> {

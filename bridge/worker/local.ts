@@ -1,9 +1,11 @@
 import { execFile } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
+import { isIPv4 } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { InvalidArgumentError } from "../errors.js";
 import { WorkerConnection, type ConnectionOptions } from "./connection.js";
+import { clientAuth, generatePoolKeys, PoolKeysSchema, workerAuthLine, type PoolKeys } from "./keys.js";
 import { WorkerProcess, type WorkerLogMode } from "./process.js";
 import { resolvePython } from "./python.js";
 
@@ -16,12 +18,25 @@ export interface LocalWorkersOptions extends ConnectionOptions {
   readonly workers?: number;
   /** Default `"auto"`. */
   readonly device?: LocalDevice;
-  /** `"ipc"` (default: a socket file in a private directory) or `"tcp"` (loopback, ephemeral port). */
+  /**
+   * `"ipc"` (default: a socket file in a private directory) or `"tcp"` (an ephemeral port on `host`). Either way
+   * the pool gets a fresh secret that every handshake must carry; tcp is always ZeroMQ CURVE with the pool's keys.
+   */
   readonly transport?: "ipc" | "tcp";
+  /**
+   * Interface the tcp workers bind, an IPv4 address or `"*"` (all). Default `"127.0.0.1"`. Only with
+   * `transport: "tcp"`; a non-loopback address is safe to bind only because tcp is always CURVE (docs/workers.md).
+   */
+  readonly host?: string;
   /** Python interpreter; see `resolvePython` for the default. */
   readonly python?: string;
   /** Largest message (sum of payload frames) a worker accepts, in bytes (default 4 GiB). */
   readonly maxPayloadBytes?: number;
+  /**
+   * Compute requests a worker holds at once, running and queued, over all its clients (`--max-in-flight`, default
+   * 64): beyond it a request is answered at once with `WorkerOverloadedError` (code `OVERLOADED`).
+   */
+  readonly maxInFlight?: number;
   /** Extra environment variables for every worker. */
   readonly env?: Readonly<Record<string, string>>;
   /** Milliseconds to wait for each worker's READY line (default 120 000). */
@@ -35,6 +50,11 @@ export interface LocalWorkersOptions extends ConnectionOptions {
    * (`--extension`, docs/protocol.md); call those methods with `WorkerClient.call`. Default none.
    */
   readonly extensions?: readonly string[];
+  /**
+   * The pool's secret and CURVE keys (see `generatePoolKeys`). Default: fresh ones for this pool, which is what a
+   * run wants; pass your own only when another component must also speak to these workers (a test's raw client).
+   */
+  readonly keys?: PoolKeys;
 }
 
 /** Local workers started by {@link launchLocalWorkers}; `close()` stops them and removes their socket directory. */
@@ -67,6 +87,10 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
   if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes < 1) {
     throw new InvalidArgumentError(`maxPayloadBytes: expected a positive integer, got ${String(maxPayloadBytes)}`);
   }
+  const maxInFlight = options.maxInFlight ?? 64;
+  if (!Number.isSafeInteger(maxInFlight) || maxInFlight < 1) {
+    throw new InvalidArgumentError(`maxInFlight: expected a positive integer, got ${String(maxInFlight)}`);
+  }
   const deviceOption = options.device ?? "auto";
   if (!["cpu", "cuda", "auto"].includes(deviceOption)) {
     throw new InvalidArgumentError(`device: expected "cpu", "cuda" or "auto", got ${JSON.stringify(deviceOption)}`);
@@ -79,7 +103,10 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
   if (!Array.isArray(extensions) || extensions.some((e) => typeof e !== "string" || e === "")) {
     throw new InvalidArgumentError(`extensions: expected an array of Python file paths, got ${JSON.stringify(extensions)}`);
   }
+  const host = tcpHost(options);
   const python = resolvePython(options.python);
+  // Per pool: they travel to each worker on its stdin pipe, never in its argv or environment.
+  const keys = options.keys === undefined ? generatePoolKeys() : parsePoolKeys(options.keys);
   const socketDir = await mkdtemp(join(tmpdir(), "posttrain-"));
   // Indexed by worker number; slots stay empty for workers that did not get that far.
   const processes: WorkerProcess[] = [];
@@ -100,21 +127,25 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
     const started = await Promise.allSettled(
       Array.from({ length: count }, async (_, i) => {
         const useGpu = gpus > 0;
-        const endpoint = options.transport === "tcp" ? "tcp://127.0.0.1:*" : `ipc://${join(socketDir, `worker-${i}.sock`)}`;
+        const endpoint = host !== undefined ? `tcp://${host}:*` : `ipc://${join(socketDir, `worker-${i}.sock`)}`;
         const proc = await WorkerProcess.start({
           name: `worker ${i}`,
           python,
           args: [
             "--endpoint",
             endpoint,
+            "--auth-stdin",
             "--worker-id",
             String(i),
             "--device",
             useGpu ? "cuda" : "cpu",
             "--max-payload-bytes",
             String(maxPayloadBytes),
+            "--max-in-flight",
+            String(maxInFlight),
             ...(extensions as readonly string[]).flatMap((path) => ["--extension", resolve(path)]),
           ],
+          stdinLine: workerAuthLine(keys),
           env: { ...(useGpu ? { CUDA_VISIBLE_DEVICES: String(i % gpus) } : {}), ...options.env },
           ...(options.startTimeoutMs !== undefined ? { startTimeoutMs: options.startTimeoutMs } : {}),
           ...(options.signal !== undefined ? { signal: options.signal } : {}),
@@ -131,7 +162,8 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
         const connection = await WorkerConnection.open({
           ...connectionOptions(options),
           name: proc.name,
-          endpoint: proc.ready.endpoint,
+          endpoint: connectEndpoint(proc.ready.endpoint),
+          auth: clientAuth(keys, proc.ready.endpoint),
           process: proc,
         });
         connections[i] = connection;
@@ -152,12 +184,46 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
   };
 }
 
+/** The tcp host to bind (`undefined` for ipc); `InvalidArgumentError` naming the option when it does not fit. */
+function tcpHost(options: LocalWorkersOptions): string | undefined {
+  const transport: unknown = options.transport ?? "ipc";
+  if (transport !== "ipc" && transport !== "tcp") {
+    throw new InvalidArgumentError(`transport: expected "ipc" or "tcp", got ${JSON.stringify(transport)}`);
+  }
+  const host: unknown = options.host;
+  if (transport === "ipc") {
+    if (host !== undefined) throw new InvalidArgumentError('host: only with transport "tcp" (ipc binds a socket file)');
+    return undefined;
+  }
+  if (host === undefined) return "127.0.0.1";
+  if (typeof host !== "string" || !(isIPv4(host) || host === "*")) {
+    throw new InvalidArgumentError(`host: expected an IPv4 address or "*", got ${JSON.stringify(host)}`);
+  }
+  return host;
+}
+
+/** Where to connect to a worker bound on all interfaces (`tcp://0.0.0.0:port`): its loopback address. */
+function connectEndpoint(bound: string): string {
+  return bound.replace(/^tcp:\/\/0\.0\.0\.0:/, "tcp://127.0.0.1:");
+}
+
 function connectionOptions(options: ConnectionOptions): ConnectionOptions {
-  const { requestTimeoutMs, heartbeatIntervalMs, heartbeatTimeoutMs, handshakeTimeoutMs } = options;
+  const { requestTimeoutMs, heartbeatIntervalMs, heartbeatTimeoutMs, handshakeTimeoutMs, watchdogMs } = options;
   return {
     ...(requestTimeoutMs !== undefined ? { requestTimeoutMs } : {}),
     ...(heartbeatIntervalMs !== undefined ? { heartbeatIntervalMs } : {}),
     ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}),
     ...(handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs } : {}),
+    ...(watchdogMs !== undefined ? { watchdogMs } : {}),
   };
+}
+
+/** `keys` checked field by field; the message names the bad field, never a key's value. */
+function parsePoolKeys(keys: PoolKeys): PoolKeys {
+  const parsed = PoolKeysSchema.safeParse(keys);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new InvalidArgumentError(`keys.${issue.path.join(".")}: ${issue.message}`);
+  }
+  return parsed.data;
 }

@@ -23,6 +23,11 @@ export interface WorkerProcessOptions {
   readonly signal?: AbortSignal;
   /** Default `"tail"`. */
   readonly log?: WorkerLogMode;
+  /**
+   * Written to the worker's stdin right after the spawn (the `--auth-stdin` line with the pool's secret and keys):
+   * a private channel, unlike argv and the environment, which other processes of the user read in `/proc`.
+   */
+  readonly stdinLine?: string;
 }
 
 const ReadySchema = z.object({ endpoint: z.string(), pid: z.number().int(), protocolVersion: z.number().int() });
@@ -39,11 +44,21 @@ export interface WorkerExit {
 const READY_PREFIX = "POSTTRAIN_READY ";
 
 /**
+ * How long after the process's exit its stderr may still be read into the tail (the last lines a dying worker
+ * wrote are usually already in the pipe). Not longer: a grandchild that inherited the pipe keeps it open for as
+ * long as it lives, and waiting for the pipe to close delayed the detection of a death by 19 s.
+ */
+const STDERR_DRAIN_MS = 100;
+
+/**
  * One `python -m posttrain_worker` child process: spawn, wait for its READY line, keep its stderr tail,
  * report its exit. Its stdin is a pipe the worker watches: when this Node process dies, the worker exits.
  */
 export class WorkerProcess {
-  /** Resolves when the process has exited and its output is drained. */
+  /**
+   * Resolves soon after the process has exited: at once when its pipes close with it, else after
+   * {@link STDERR_DRAIN_MS} of reading what is left of its stderr (a grandchild may hold the pipes open).
+   */
   readonly exited: Promise<WorkerExit>;
   private exitInfo: WorkerExit | undefined;
 
@@ -73,14 +88,27 @@ export class WorkerProcess {
       detached: process.platform !== "win32",
     });
     const exited = new Promise<WorkerExit>((resolve) => {
-      child.once("close", (exitCode, signal) => {
-        resolve({ exitCode, signal });
+      // "exit", not "close": "close" also waits for stdout and stderr to close, which a grandchild holding them
+      // delays for as long as it lives. "close" still ends the short drain early when the pipes close with the process.
+      child.once("exit", (exitCode, signal) => {
+        const info = { exitCode, signal };
+        const drained = setTimeout(() => {
+          // Stop reading pipes that only a grandchild holds: they would keep this process alive.
+          child.stdout?.destroy();
+          child.stderr?.destroy();
+          resolve(info);
+        }, STDERR_DRAIN_MS);
+        child.once("close", () => {
+          clearTimeout(drained);
+          resolve(info);
+        });
       });
       child.once("error", () => {
         resolve({ exitCode: child.exitCode, signal: child.signalCode });
       });
     });
     child.stdin?.on("error", () => undefined); // EPIPE after the worker exits is expected
+    if (options.stdinLine !== undefined) child.stdin?.write(options.stdinLine);
     child.stderr?.setEncoding("utf8");
     child.stderr?.on("data", (chunk: string) => {
       tail.push(chunk, log === "inherit" ? (line) => process.stderr.write(`[${options.name}] ${line}\n`) : undefined);

@@ -2,6 +2,8 @@
 
 ``--extension PATH`` (repeatable) adds the methods a Python file registers (its ``register(registry)``, called
 after the default methods); ``--describe-methods`` prints every method as JSON and exits without binding.
+``--auth-stdin`` reads the pool secret and CURVE keys from stdin (the SDK's way); by hand, ``--insecure``
+serves ipc or loopback tcp without them, for development (docs/workers.md, "Security").
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from posttrain_worker import PROTOCOL_VERSION, __version__
-from posttrain_worker.server.config import DEFAULT_MAX_PAYLOAD_BYTES, ServerConfig
+from posttrain_worker.server.auth import WorkerAuth, read_auth_line
+from posttrain_worker.server.config import (
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MIN_FRAME_LIMIT_BYTES,
+    ServerConfig,
+)
 
 if TYPE_CHECKING:
     from posttrain_worker.server.registry import MethodRegistry
@@ -49,7 +57,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-payload-bytes",
         type=int,
         default=DEFAULT_MAX_PAYLOAD_BYTES,
-        help=f"largest sum of payload frame sizes in one request (default {DEFAULT_MAX_PAYLOAD_BYTES})",
+        help=f"largest sum of payload frame sizes in one request (default {DEFAULT_MAX_PAYLOAD_BYTES}); also "
+        f"the largest single frame the socket accepts (at least {MIN_FRAME_LIMIT_BYTES}): a larger frame "
+        "disconnects its sender before it is received whole",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=DEFAULT_MAX_IN_FLIGHT,
+        help="compute requests held at once (running + queued, all clients together); more are answered "
+        f"OVERLOADED at once (default {DEFAULT_MAX_IN_FLIGHT})",
+    )
+    parser.add_argument(
+        "--auth-stdin",
+        action="store_true",
+        help='read one JSON line {"secret": HEX, "curve": {"serverSecretKey", "clientPublicKey"}} from stdin '
+        "before binding (how the SDK passes the pool secret and CURVE keys: never in argv or environment); "
+        "every client must then handshake with the secret, and tcp uses CURVE",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="development only: serve without a secret on ipc or loopback tcp (refused on other addresses); "
+        "without --auth-stdin or --insecure the worker refuses to start",
     )
     parser.add_argument(
         "--no-stdin-watch",
@@ -131,6 +161,18 @@ def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
         parser.error(f"--device {device!r}: expected cpu or cuda[:N]")
 
 
+def _read_auth(parser: argparse.ArgumentParser) -> WorkerAuth:
+    """The auth line from stdin; the CURVE keys also protect worker-to-worker weight transfers."""
+    try:
+        auth = read_auth_line()
+    except ValueError as exc:
+        parser.error(str(exc))
+    from posttrain_worker.transfer import zmq_transfer
+
+    zmq_transfer.configure_keys(auth.curve)
+    return auth
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
@@ -148,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--worker-id must be >= 0")
     if ns.max_payload_bytes < 0:
         parser.error("--max-payload-bytes must be >= 0")
+    if ns.max_in_flight < 1:
+        parser.error(f"--max-in-flight must be >= 1, got {ns.max_in_flight}")
     _check_device(parser, ns.device)
     registry = build_registry(parser, ns.extension)
 
@@ -158,7 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker_id=ns.worker_id,
         device=ns.device,
         max_payload_bytes=ns.max_payload_bytes,
+        max_in_flight=ns.max_in_flight,
         watch_stdin=not ns.no_stdin_watch,
+        auth=_read_auth(parser) if ns.auth_stdin else None,
+        insecure=ns.insecure,
     )
     try:
         server = WorkerServer(config, registry)

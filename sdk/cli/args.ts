@@ -13,9 +13,44 @@ export const EXIT = {
   failure: 1,
   /** A usage or config mistake: unknown option, bad flag value, missing or invalid config file. */
   usage: 2,
-  /** Stopped by Ctrl-C (SIGINT) after saving a checkpoint, or at once on a second Ctrl-C. */
+  /** Stopped by Ctrl-C (SIGINT) after saving a checkpoint, or at once on a second signal (128 + SIGINT). */
   interrupted: 130,
+  /** Stopped by SIGTERM (`docker stop`, Kubernetes) after saving a checkpoint, or at once on a second signal (128 + SIGTERM). */
+  terminated: 143,
 } as const;
+
+/**
+ * Error codes of config mistakes (exit 2): a bad config file or field (`INVALID_CONFIG`, `INVALID_ARGUMENT`), a run
+ * directory that cannot be used as asked (`RUN_DIRECTORY`), a resume whose config differs (`RUN_CONFIG_MISMATCH`), a
+ * resume with no checkpoint (`NO_CHECKPOINT`).
+ */
+export const CONFIG_ERROR_CODES: ReadonlySet<string> = new Set(["INVALID_CONFIG", "INVALID_ARGUMENT", "RUN_DIRECTORY", "RUN_CONFIG_MISMATCH", "NO_CHECKPOINT"]);
+
+/** The exit code of a run stopped by `signal`. */
+export function signalExitCode(signal: "SIGINT" | "SIGTERM"): number {
+  return signal === "SIGTERM" ? EXIT.terminated : EXIT.interrupted;
+}
+
+/** Lines the CLI prints on stderr after an error's message (e.g. how to resume a failed run). */
+const errorHints = new WeakMap<object, string>();
+
+/** Attaches `hint` to `err`; `posttrain` prints it on stderr after the error's message. */
+export function setErrorHint(err: unknown, hint: string): void {
+  if (typeof err === "object" && err !== null) errorHints.set(err, hint);
+}
+
+/** The hint attached to `err` by {@link setErrorHint}, if any. */
+export function errorHint(err: unknown): string | undefined {
+  return typeof err === "object" && err !== null ? errorHints.get(err) : undefined;
+}
+
+/** Characters a POSIX shell takes literally in a word: anything else gets single quotes. */
+const SHELL_SAFE = /^[\w@%+=:,./-]+$/;
+
+/** `args` as one POSIX shell command line, each word quoted where the shell would otherwise change it. */
+export function shellCommand(args: readonly string[]): string {
+  return args.map((a) => (SHELL_SAFE.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`)).join(" ");
+}
 
 /** One `posttrain <command>`. */
 export interface Command {

@@ -1,25 +1,19 @@
 #!/usr/bin/env node
 /**
  * The `posttrain` command line: dispatches to one command per file in `commands/`, maps errors to exit codes
- * (1: failure, 2: usage or config mistake, 130: interrupted). Commands load the SDK (workers, trainers) only when
- * they run, so help and usage errors answer at once.
+ * (1: failure, 2: usage or config mistake, 130: interrupted, 143: terminated by SIGTERM). Commands load the SDK
+ * (workers, trainers) only when they run, so help and usage errors answer at once.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { PosttrainError } from "../core/errors.js";
 import { packageRoot } from "../../bridge/worker/python.js";
-import { EXIT, UsageError, type Command } from "./args.js";
+import { CONFIG_ERROR_CODES, EXIT, UsageError, errorHint, type Command } from "./args.js";
 import { grpoCommand } from "./commands/grpo.js";
 import { infoCommand } from "./commands/info.js";
 import { makeTinyModelCommand } from "./commands/make-tiny-model.js";
 import { reportCommand } from "./commands/report.js";
 import { sftCommand } from "./commands/sft.js";
-
-/**
- * Error codes of config mistakes (exit 2): a bad config file or field (`INVALID_CONFIG`, `INVALID_ARGUMENT`), a run
- * directory that cannot be used as asked (`RUN_DIRECTORY`), a resume whose config differs (`RUN_CONFIG_MISMATCH`).
- */
-const CONFIG_ERROR_CODES: ReadonlySet<string> = new Set(["INVALID_CONFIG", "INVALID_ARGUMENT", "RUN_DIRECTORY", "RUN_CONFIG_MISMATCH"]);
 
 const COMMANDS: readonly Command[] = [grpoCommand, sftCommand, reportCommand, makeTinyModelCommand, infoCommand];
 
@@ -72,7 +66,10 @@ async function main(argv: readonly string[]): Promise<number> {
   return await command.run(rest);
 }
 
-/** Prints `err` and returns the exit code: 2 for usage and config mistakes, 1 for everything else. */
+/**
+ * Prints `err` (and its hint, such as the command that resumes a failed run) and returns the exit code: 2 for usage
+ * and config mistakes, 1 for everything else.
+ */
 function report(err: unknown): number {
   if (err instanceof UsageError) {
     const command = COMMANDS.find((c) => c.name === err.command);
@@ -85,7 +82,8 @@ function report(err: unknown): number {
     return EXIT.usage;
   }
   const message = err instanceof PosttrainError ? `${err.code}: ${err.message}` : String(err);
-  process.stderr.write(`posttrain: ${message}\n`);
+  const hint = errorHint(err);
+  process.stderr.write(`posttrain: ${message}\n${hint === undefined ? "" : `${hint}\n`}`);
   return EXIT.failure;
 }
 

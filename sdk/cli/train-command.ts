@@ -1,12 +1,25 @@
 /**
  * What `posttrain grpo` and `posttrain sft` share: read the run config, apply the flags, check it, create the
- * trainer, show progress, and handle Ctrl-C (first: finish the step, checkpoint, report, exit 130; second: exit at
- * once).
+ * trainer, show progress, handle SIGINT (Ctrl-C) and SIGTERM (first: finish the step, checkpoint, report, exit 130 or
+ * 143; second: exit at once), and on a failure print the exact command that resumes the run.
  */
 import { join } from "node:path";
 import type { z } from "zod";
 import type { RunOptions, TrainingRun } from "../runs/index.js";
-import { EXIT, UsageError, integerFlag, parseCommandArgs, say, stringFlag, stringList, type Command } from "./args.js";
+import {
+  CONFIG_ERROR_CODES,
+  EXIT,
+  UsageError,
+  integerFlag,
+  parseCommandArgs,
+  say,
+  setErrorHint,
+  shellCommand,
+  signalExitCode,
+  stringFlag,
+  stringList,
+  type Command,
+} from "./args.js";
 import { checkConfig, parseAssignment, readConfigFile, setField } from "./config-file.js";
 import { ProgressDisplay } from "./progress.js";
 
@@ -41,9 +54,10 @@ export const TRAINING_OPTIONS_HELP = `Options:
   -h, --help          Show this help.
 
 Progress: a bar on a terminal (step, reward, KL, tokens/s, ETA), one plain line per step otherwise.
-Ctrl-C finishes the current step, saves a checkpoint and report.html, prints where they are and exits
-with code 130; a second Ctrl-C exits at once. Exit codes: 0 done, 1 failed, 2 bad usage or config,
-130 interrupted.
+Ctrl-C (SIGINT) or SIGTERM (docker stop, Kubernetes) finishes the current step, saves a checkpoint and
+report.html, prints where they are and exits with code 130 (SIGINT) or 143 (SIGTERM); a second signal
+exits at once. A failed run prints the command that resumes it on stderr. Exit codes: 0 done, 1 failed,
+2 bad usage or config, 130 interrupted, 143 terminated.
 `;
 
 /** Lines the trainers log for each step; the progress display shows those steps itself. */
@@ -93,21 +107,51 @@ async function loadConfig(flags: Flags): Promise<{ config: Record<string, unknow
   return { config, source };
 }
 
-/** Installs the Ctrl-C handler: the first SIGINT aborts `controller` (a graceful stop), the second exits at once. */
-function onInterrupt(controller: AbortController, notice: (line: string) => void): () => void {
-  const handler = (): void => {
-    if (controller.signal.aborted) {
-      process.stderr.write("\nposttrain: second Ctrl-C, exiting now without waiting for the step\n");
-      process.exit(EXIT.interrupted);
-    }
-    notice("Ctrl-C: finishing the current step, then saving a checkpoint and the report (Ctrl-C again to quit at once)");
-    controller.abort(new Error("interrupted (SIGINT)"));
+/** The signals that stop a run gracefully. */
+const STOP_SIGNALS = ["SIGINT", "SIGTERM"] as const;
+type StopSignal = (typeof STOP_SIGNALS)[number];
+
+/**
+ * Installs the SIGINT and SIGTERM handlers: the first signal aborts `controller` (a graceful stop) and is kept in
+ * `stop.signal` for the exit code; a second one, of either kind, exits at once with its own code.
+ */
+function onStopSignals(controller: AbortController, notice: (line: string) => void): { signal: StopSignal | undefined; detach: () => void } {
+  const stop: { signal: StopSignal | undefined; detach: () => void } = { signal: undefined, detach: () => undefined };
+  const handlers = STOP_SIGNALS.map((signal) => {
+    const handler = (): void => {
+      const name = signal === "SIGINT" ? "Ctrl-C" : signal;
+      if (controller.signal.aborted) {
+        process.stderr.write(`\nposttrain: second ${name}, exiting now without waiting for the step\n`);
+        process.exit(signalExitCode(signal));
+      }
+      stop.signal = signal;
+      const again = signal === "SIGINT" ? "Ctrl-C again" : "a second signal";
+      notice(`${name}: finishing the current step, then saving a checkpoint and the report (${again} to quit at once)`);
+      controller.abort(new Error(`interrupted (${signal})`));
+    };
+    process.on(signal, handler);
+    return [signal, handler] as const;
+  });
+  stop.detach = () => {
+    for (const [signal, handler] of handlers) process.off(signal, handler);
   };
-  process.on("SIGINT", handler);
-  return () => process.off("SIGINT", handler);
+  return stop;
 }
 
-async function train<C>(spec: TrainingCommandSpec<C>, flags: Flags): Promise<number> {
+/**
+ * The line that tells how to resume a run that failed with `err`: this command line with `--resume` (quoted for a
+ * POSIX shell) when the run directory holds a checkpoint, else why there is nothing to resume; none for a config
+ * mistake (the run never started, and resuming would fail the same way).
+ */
+function resumeHint(command: string, args: readonly string[], runDir: string, hasCheckpoint: boolean, err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === "string" && CONFIG_ERROR_CODES.has(code)) return undefined;
+  if (!hasCheckpoint) return `nothing to resume: ${runDir} holds no checkpoint yet (the run failed before its first save)`;
+  const argv = args.includes("--resume") ? args : [...args, "--resume"];
+  return `resume with: ${shellCommand(["posttrain", command, ...argv])}`;
+}
+
+async function train<C>(spec: TrainingCommandSpec<C>, flags: Flags, args: readonly string[]): Promise<number> {
   const { config: raw, source } = await loadConfig(flags);
   const [factory, { RunDirectory }] = await Promise.all([spec.load(), import("../runs/run-directory.js")]);
   const config = checkConfig(factory.schema, raw, source);
@@ -117,7 +161,8 @@ async function train<C>(spec: TrainingCommandSpec<C>, flags: Flags): Promise<num
     if (display !== undefined) display.message(line);
     else say(line);
   };
-  const detach = onInterrupt(controller, print);
+  const stop = onStopSignals(controller, print);
+  const stoppedCode = (): number => signalExitCode(stop.signal ?? "SIGINT");
   let trainer: TrainingRun | undefined;
   try {
     try {
@@ -131,7 +176,7 @@ async function train<C>(spec: TrainingCommandSpec<C>, flags: Flags): Promise<num
     } catch (err) {
       if (!controller.signal.aborted) throw err;
       say("interrupted while starting: nothing was trained or saved");
-      return EXIT.interrupted;
+      return stoppedCode();
     }
     const runDir = new RunDirectory(trainer.runDir);
     say(`${spec.name}: run directory ${runDir.path}, ${String(trainer.totalSteps)} steps`);
@@ -151,20 +196,29 @@ async function train<C>(spec: TrainingCommandSpec<C>, flags: Flags): Promise<num
     if (controller.signal.aborted) {
       if (checkpoint === undefined) {
         say("interrupted before the first step: no checkpoint to resume from");
-        return EXIT.interrupted;
+        return stoppedCode();
       }
       say(`interrupted at step ${String(last ?? checkpoint.step)}: ${where}`);
-      say(`resume with: posttrain ${spec.name} --resume --run-dir ${runDir.path}`);
-      return EXIT.interrupted;
+      say(`resume with: ${shellCommand(["posttrain", spec.name, "--resume", "--run-dir", runDir.path])}`);
+      return stoppedCode();
     }
     const ran = first === undefined || last === undefined ? 0 : last - first + 1;
     const seconds = (performance.now() - started) / 1000;
     say(`done: step ${String(last ?? checkpoint?.step ?? 0)}/${String(trainer.totalSteps)} (${String(ran)} this run, ${seconds.toFixed(1)} s); ${where}`);
     return EXIT.ok;
+  } catch (err) {
+    const path = trainer?.runDir ?? (config as { runDir?: unknown }).runDir;
+    if (typeof path === "string") {
+      const runDir = new RunDirectory(path);
+      const latest = await runDir.latestCheckpoint().catch(() => undefined);
+      const hint = resumeHint(spec.name, args, runDir.path, latest !== undefined, err);
+      if (hint !== undefined) setErrorHint(err, hint);
+    }
+    throw err;
   } finally {
     display?.finish();
     await trainer?.close();
-    detach();
+    stop.detach();
   }
 }
 
@@ -180,7 +234,7 @@ export function trainingCommand<C>(spec: TrainingCommandSpec<C>): Command {
         process.stdout.write(spec.help);
         return EXIT.ok;
       }
-      return train(spec, flags);
+      return train(spec, flags, args);
     },
   };
 }

@@ -2,7 +2,8 @@
  * `GeneratorPool`: several generators (policies on generator workers) acting as one policy. Each call cuts its batch
  * into chunks of whole prompt groups; every generator takes the next chunk as soon as it is free (one forward at a
  * time), so a slow generator samples less within a call. The rows come back in their original order, each stamped
- * with the generator that sampled it.
+ * with the generator that sampled it. A generator whose worker dies (or stops answering) is dropped, and its chunk
+ * goes to another generator.
  */
 import { z } from "zod";
 import { RequestAbortedError } from "../../bridge/errors.js";
@@ -25,6 +26,14 @@ export const GeneratorPoolOptionsSchema = z.strictObject({
    * call, at least 1). Smaller chunks balance better; larger ones batch more per forward.
    */
   chunkGroups: z.number().int().min(1).optional(),
+  /**
+   * Told when a generator is dropped (its worker died or stopped answering; see {@link isWorkerLoss}) and its chunk
+   * handed to another: the generator's index and the error. Not called for the last generator standing, whose error
+   * the call rejects with.
+   */
+  onGeneratorLost: z
+    .custom<(index: number, error: unknown) => void>((v) => typeof v === "function", { message: "expected a function (index, error) => void" })
+    .optional(),
 });
 
 /** Options of {@link GeneratorPool} (input form). */
@@ -51,6 +60,26 @@ interface Counters {
   busySince: number;
 }
 
+/** The error codes of a worker that is gone (bridge/errors.ts): its process died, or it answers nothing any more. */
+export const WORKER_LOSS_CODES: ReadonlySet<string> = new Set(["WORKER_DIED", "WORKER_UNRESPONSIVE", "WORKER_HUNG"]);
+
+/**
+ * Whether `error` (or an error in its `cause` chain) says a worker is gone: `WorkerDiedError`,
+ * `WorkerUnresponsiveError`, or a hung call (codes {@link WORKER_LOSS_CODES}). Such a worker answers nothing more:
+ * what it held must be rebuilt elsewhere.
+ *
+ * ```ts
+ * if (isWorkerLoss(err)) restartWorkers();
+ * ```
+ */
+export function isWorkerLoss(error: unknown): boolean {
+  for (let e = error, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && WORKER_LOSS_CODES.has(code)) return true;
+  }
+  return false;
+}
+
 /** One chunk of a call: whole prompt groups, with the seed of its index. */
 interface Chunk {
   readonly part: TensorDict;
@@ -64,6 +93,8 @@ interface PendingCall {
   readonly results: TensorDict[];
   /** The next chunk to hand out. */
   next: number;
+  /** Chunks whose generator was lost, to hand out again before `next`. */
+  readonly retry: number[];
   /** Chunks in flight. */
   inFlight: number;
   /** The first error (a failed call hands out no more chunks). */
@@ -87,9 +118,11 @@ export function stepSeed(seed: number, call: number): number {
  * free generators the lowest index goes first. Chunk `j` samples with `stepSeed(seed, j)` when `options.seed` is given:
  * the seed follows the rows, not the generator, so with equal weights the rows do not depend on which generator took
  * which chunk, and a seeded call is reproducible. The rows come back in their original order (views, no copies), each
- * with `("collector","generator")` (int64, the index of the generator that sampled it). A generator's failure stops
- * the hand-out; the call rejects with the first error once its chunks in flight have settled, and the pool stays
- * usable. With one generator, the call and its seed pass through unchanged.
+ * with `("collector","generator")` (int64, the index of the generator that sampled it). A generator whose worker is
+ * lost ({@link isWorkerLoss}: it died, stopped answering or hung) while others are left is dropped for good (`lost`,
+ * `onGeneratorLost`) and its chunk goes to a live generator with the same seed. Any other failure stops the hand-out;
+ * the call rejects with the first error once its chunks in flight have settled, and the pool stays usable. With one
+ * generator, the call and its seed pass through unchanged.
  *
  * ```ts
  * const policy = new GeneratorPool([new TransformersWrapper(a, opts), new TransformersWrapper(b, opts)], { groupSize: 4 });
@@ -100,6 +133,9 @@ export class GeneratorPool {
   readonly #generators: readonly Policy[];
   readonly #groupSize: number;
   readonly #chunkGroups: number | undefined;
+  readonly #onLost: ((index: number, error: unknown) => void) | undefined;
+  /** Generators dropped after their worker was lost: handed nothing more. */
+  readonly #lost: boolean[];
   readonly #counters: Counters[];
   /** Whether each generator runs a chunk (the multi-generator path: one at a time). */
   readonly #busy: boolean[];
@@ -117,6 +153,8 @@ export class GeneratorPool {
     const parsed = parseOptions(GeneratorPoolOptionsSchema, options, "GeneratorPool options");
     this.#groupSize = parsed.groupSize;
     this.#chunkGroups = parsed.chunkGroups;
+    this.#onLost = parsed.onGeneratorLost;
+    this.#lost = this.#generators.map(() => false);
     this.#counters = this.#generators.map(() => ({ rows: 0, calls: 0, busyMs: 0, outstandingRows: 0, inFlight: 0, busySince: 0 }));
     this.#busy = this.#generators.map(() => false);
   }
@@ -129,6 +167,11 @@ export class GeneratorPool {
   /** Rows per prompt group. */
   get groupSize(): number {
     return this.#groupSize;
+  }
+
+  /** The indexes of the generators dropped after their worker was lost (see the class). */
+  get lost(): readonly number[] {
+    return this.#lost.flatMap((l, i) => (l ? [i] : []));
   }
 
   /** Per-generator counters, by generator index (a snapshot). */
@@ -172,6 +215,7 @@ export class GeneratorPool {
         chunks,
         results: new Array<TensorDict>(chunks.length),
         next: 0,
+        retry: [],
         inFlight: 0,
         failure: undefined,
         resolve,
@@ -188,14 +232,14 @@ export class GeneratorPool {
     });
   }
 
-  /** Gives every free generator (lowest index first) the next chunk of the oldest call that has one. */
+  /** Gives every free generator (lowest index first) the next chunk (a retried one first) of the oldest call that has one. */
   #pump(): void {
     for (let i = 0; i < this.#generators.length; i++) {
-      if (this.#busy[i]!) continue;
+      if (this.#busy[i]! || this.#lost[i]!) continue;
       const call = this.#queue[0];
       if (call === undefined) return;
-      const j = call.next++;
-      if (call.next === call.chunks.length) this.#queue.shift();
+      const j = call.retry.shift() ?? call.next++;
+      if (call.retry.length === 0 && call.next === call.chunks.length) this.#queue.shift();
       void this.#run(i, call, j);
     }
   }
@@ -209,13 +253,29 @@ export class GeneratorPool {
       const out = await this.#send(i, chunk.part, chunk.options);
       call.results[j] = stamp(checkRows(out, chunk.rows, i), i);
     } catch (error) {
-      this.#fail(call, error);
+      if (!this.#retryElsewhere(i, call, j, error)) this.#fail(call, error);
     } finally {
       this.#busy[i] = false;
       call.inFlight -= 1;
       this.#settle(call);
       this.#pump();
     }
+  }
+
+  /**
+   * When generator `i` is lost (its worker gone, {@link isWorkerLoss}) and another is left: drops it, tells
+   * `onGeneratorLost`, and queues chunk `j` of `call` again (first), for a live generator (same rows, same seed).
+   */
+  #retryElsewhere(i: number, call: PendingCall, j: number, error: unknown): boolean {
+    if (!isWorkerLoss(error) || call.failure !== undefined) return false;
+    if (!this.#lost.some((lost, k) => k !== i && !lost)) return false;
+    if (!this.#lost[i]!) {
+      this.#lost[i] = true;
+      this.#onLost?.(i, error);
+    }
+    call.retry.push(j);
+    if (!this.#queue.includes(call)) this.#queue.unshift(call);
+    return true;
   }
 
   /** Records `call`'s first error and hands out none of its chunks left. */
@@ -231,7 +291,7 @@ export class GeneratorPool {
     if (call.failure !== undefined) {
       call.cleanup();
       call.reject(call.failure.error);
-    } else if (call.next === call.chunks.length) {
+    } else if (call.next === call.chunks.length && call.retry.length === 0) {
       call.cleanup();
       call.resolve(call.results);
     }

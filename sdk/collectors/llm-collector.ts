@@ -65,6 +65,11 @@ export const CollectorStartOptionsSchema = z.strictObject({
    * trainer trains, and so on.
    */
   maxPolicyAge: z.number().int().min(0).default(0),
+  /**
+   * Batches already in the replay buffer that count as collected by this start (default 0): a run resumed with the
+   * rows it had collected ahead passes their batch count, so collection stays within `maxPolicyAge` of the weights.
+   */
+  collectedAhead: z.number().int().min(0).default(0),
 });
 
 /** Options of {@link LLMCollector.start}. */
@@ -167,6 +172,10 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
   #busyMs = 0;
   #busySince: number | undefined;
   #droppedStale = 0;
+  /** Set by {@link pause}: no new batch starts. */
+  #paused = false;
+  /** The batch being collected and written in the background, if any. */
+  #inFlight: Promise<unknown> | undefined;
 
   constructor(options: LLMCollectorOptions) {
     const o = parseOptions(LLMCollectorOptionsSchema, options, "LLMCollector options");
@@ -259,7 +268,7 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
    * rethrown there.
    */
   start(options: CollectorStartOptions = {}): void {
-    const { maxPolicyAge } = parseOptions(CollectorStartOptionsSchema, options, "LLMCollector.start options");
+    const { maxPolicyAge, collectedAhead } = parseOptions(CollectorStartOptionsSchema, options, "LLMCollector.start options");
     const rb = this.#o.replayBuffer;
     if (rb === undefined) throw new InvalidArgumentError("LLMCollector options.replayBuffer: start() collects into a replay buffer; pass one");
     if (rb.storage.maxSize < this.#dialogTurnsPerBatch) {
@@ -271,9 +280,25 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
     if (this.#iterating || this.#background !== undefined) throw new CollectorStateError("LLMCollector: already collecting (one iteration or start() at a time)");
     this.#stopBackground = new AbortController();
     this.#failure = undefined;
-    this.#batchesStarted = 0;
+    this.#batchesStarted = collectedAhead;
     this.#updates = 0;
     this.#background = this.#collectInBackground(maxPolicyAge, this.#stopBackground.signal);
+  }
+
+  /**
+   * Pauses background collection for a consistent snapshot of the replay buffer (a checkpoint): resolves once the
+   * batch in flight, if any, is written (or has failed); no batch starts until {@link resume}. Does nothing to an
+   * iteration, whose batches are written only between the caller's steps.
+   */
+  async pause(): Promise<void> {
+    this.#paused = true;
+    await this.#inFlight;
+  }
+
+  /** Lets background collection go on after {@link pause}. */
+  resume(): void {
+    this.#paused = false;
+    this.#pulse.notify();
   }
 
   /** Whether background collection ({@link start}) is running. */
@@ -327,13 +352,19 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
     const rb = this.#o.replayBuffer!;
     const outer = this.#o.signal;
     const signal = outer === undefined ? stop : AbortSignal.any([outer, stop]);
-    const ready = (): boolean => this.#batchesStarted - this.#updates <= maxPolicyAge && rb.length + this.#dialogTurnsPerBatch <= rb.storage.maxSize;
+    const ready = (): boolean =>
+      !this.#paused && this.#batchesStarted - this.#updates <= maxPolicyAge && rb.length + this.#dialogTurnsPerBatch <= rb.storage.maxSize;
     try {
       while (this.#budgetLeft() && !this.#closed && !stop.aborted) {
         while (!ready()) await this.#pulse.wait(signal, "LLMCollector");
         this.#batchesStarted += 1;
-        const batch = await this.#collectBatch({ signal });
-        rb.extend(batch);
+        const written = this.#collectBatch({ signal }).then((batch) => rb.extend(batch));
+        this.#inFlight = written.catch(() => undefined); // pause() waits for it, whatever its outcome
+        try {
+          await written;
+        } finally {
+          this.#inFlight = undefined;
+        }
         this.#pulse.notify();
       }
     } catch (err) {

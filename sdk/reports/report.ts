@@ -5,6 +5,7 @@
 import { readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { PosttrainError } from "../core/errors.js";
+import { eventsTable, isRunEvent, type RunEvent } from "./events.js";
 import { escapeXml, lineChart, type ChartSeries } from "./svg-chart.js";
 
 /** One line of `metrics.jsonl`: the step and numeric metrics (`null` where a metric was not computed). */
@@ -29,6 +30,8 @@ export interface ReportInput {
   readonly samples?: readonly SampleRecord[];
   /** The run's `config.yaml`, shown verbatim. */
   readonly configText?: string;
+  /** The lines of `events.jsonl` (worker failures and restarts), shown as a table when there are any. */
+  readonly events?: readonly RunEvent[];
 }
 
 /** A run directory whose files cannot be read as a report. */
@@ -137,6 +140,11 @@ export function renderReportHTML(input: ReportInput): string {
   const charts = draw(CHARTS);
   const pipeline = draw(PIPELINE_CHARTS);
   const lastStep = input.metrics.at(-1)?.step;
+  const events = input.events ?? [];
+  const eventsSection =
+    events.length === 0
+      ? ""
+      : `<h2>Restarts and worker failures</h2><p class="meta">${String(events.filter((e) => e.kind === "restart").length)} restart(s); each restart continued from the last checkpoint, and the steps after it were taken again (each step appears once in the curves).</p>${eventsTable(events)}\n`;
   const samples = (input.samples ?? []).slice(-24);
   const sampleTable =
     samples.length === 0
@@ -153,7 +161,7 @@ export function renderReportHTML(input: ReportInput): string {
 <body><h1>${escapeXml(input.title)}</h1>
 <p class="meta">${String(input.metrics.length)} logged steps${lastStep === undefined ? "" : `, last step ${String(lastStep)}`}.</p>
 ${summaryRows(input.metrics)}
-<h2>Curves</h2><div class="charts">${charts.length === 0 ? "<p class=\"meta\">No metrics yet.</p>" : charts.join("\n")}</div>
+${eventsSection}<h2>Curves</h2><div class="charts">${charts.length === 0 ? "<p class=\"meta\">No metrics yet.</p>" : charts.join("\n")}</div>
 ${pipeline.length === 0 ? "" : `<h2>Pipeline</h2><p class="meta">Collector → replay buffer → trainer: how old the trained samples were (policy versions behind the trainer), what was dropped as too old, how busy each side was over each step, and the groups left waiting.</p><div class="charts">${pipeline.join("\n")}</div>\n`}<h2>Sample completions</h2>${sampleTable}
 ${input.configText === undefined ? "" : `<h2>Config</h2><pre>${escapeXml(input.configText)}</pre>`}
 </body></html>
@@ -197,7 +205,7 @@ function isSampleRecord(value: unknown): value is SampleRecord {
 }
 
 /**
- * Reads `metrics.jsonl`, `samples.jsonl` and `config.yaml` from `runDir` and writes `runDir/report.html`
+ * Reads `metrics.jsonl`, `samples.jsonl`, `events.jsonl` and `config.yaml` from `runDir` and writes `runDir/report.html`
  * (atomically: a temporary file renamed over). Returns the report's path.
  */
 export async function writeReport(runDir: string, options: { title?: string } = {}): Promise<string> {
@@ -206,10 +214,12 @@ export async function writeReport(runDir: string, options: { title?: string } = 
   const metrics = parseJSONLines(metricsText, "metrics.jsonl").filter(isMetricRecord);
   const samples = parseJSONLines((await readOptional(join(runDir, "samples.jsonl"))) ?? "", "samples.jsonl").filter(isSampleRecord);
   const configText = await readOptional(join(runDir, "config.yaml"));
+  const events = parseJSONLines((await readOptional(join(runDir, "events.jsonl"))) ?? "", "events.jsonl").filter(isRunEvent);
   const html = renderReportHTML({
     title: options.title ?? `posttrain run: ${runDir}`,
     metrics,
     samples,
+    events,
     ...(configText === undefined ? {} : { configText }),
   });
   const out = join(runDir, "report.html");

@@ -11,6 +11,7 @@ import {
   ModelConfigSchema,
   RunOptimizerSchema,
   RunScheduleSchema,
+  SupervisionConfigSchema,
 } from "./config-blocks.js";
 import { TaskConfigSchema } from "./task-config.js";
 
@@ -171,6 +172,8 @@ export const GRPOTrainerConfigSchema = z
     epochs: z.number().int().min(1).optional(),
     eval: EvalConfigSchema.prefault({}),
     checkpoint: CheckpointConfigSchema.prefault({}),
+    /** Restarts after a worker failure (default `{ maxRestarts: 3, backoffMs: 1000 }`). */
+    supervision: SupervisionConfigSchema.prefault({}),
     log: LogConfigSchema.prefault({}),
     workers: WorkersConfigSchema.prefault({}),
     /** Collect ahead of the trainer (default off: synchronous, the same as `{ maxPolicyAge: 0 }`). */

@@ -4,6 +4,8 @@
  * optimizer, weight sync, asynchronous collection with a bounded policy age, held-out evaluation, checkpoints,
  * resume, and the run directory with its report. See docs/trainers.md.
  */
+import { mkdir, rename, rm } from "node:fs/promises";
+import { basename, join } from "node:path";
 import { z } from "zod";
 import type { RequestOptions } from "../../bridge/index.js";
 import { CollectorStateError } from "../collectors/errors.js";
@@ -24,6 +26,7 @@ import { Trainer } from "../trainers/trainer.js";
 import { SharedWeightSyncScheme, ZMQWeightSyncScheme, type WeightEndpoint, type WeightSyncScheme } from "../trainers/weight-sync.js";
 import type { WorkerClient } from "../workers/client.js";
 import type { WorkerPool } from "../workers/pool.js";
+import { BUFFER_FILE, positionsOf, readSnapshot, SNAPSHOT_FILE, writeSnapshot, type CollectedSnapshot, type RestoredCollection } from "./collected-snapshot.js";
 import { evaluateOnEnv } from "./evaluation.js";
 import {
   bufferGroupsOf,
@@ -35,6 +38,7 @@ import {
 } from "./grpo-config.js";
 import { grpoStep } from "./grpo-step.js";
 import type { EvalRecord } from "./records.js";
+import { restoreCheckpoint } from "./restore.js";
 import { RunBase } from "./run-base.js";
 import { RunDirectory } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
@@ -72,7 +76,7 @@ export type GRPOTrainerOptions = RunOptions & {
 };
 
 /** Top-level config fields a resumed run may change. */
-const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "log", "runDir"] as const;
+const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "log", "runDir"] as const;
 
 /** The generator model's name next to the policy (colocated layout). */
 const GENERATOR_MODEL = "generator";
@@ -84,7 +88,19 @@ function customEnv(env: EnvBase): TaskEnv {
   return { env, position: () => null, epochSize: () => Promise.resolve(null), restart: () => undefined };
 }
 
+type ParsedOptions = z.output<typeof GRPOTrainerOptionsSchema>;
+
+/** What `create` settles once and every build of the parts reads (the first one, and each after a restart). */
+interface Setup {
+  readonly config: GRPOTrainerConfig;
+  readonly options: ParsedOptions;
+  readonly runDir: RunDirectory;
+  readonly totalSteps: number;
+  readonly log: (line: string) => void;
+}
+
 interface Parts {
+  readonly setup: Setup;
   readonly config: GRPOTrainerConfig;
   readonly runDir: RunDirectory;
   readonly pool: WorkerPool;
@@ -101,8 +117,142 @@ interface Parts {
   readonly startStep: number;
   /** The policy version the generators hold at the start (after a resume's sync). */
   readonly startVersion: number;
+  /** What the checkpoint restored had collected but not trained (a run collecting ahead, `maxPolicyAge ≥ 1`). */
+  readonly collected: RestoredCollection | undefined;
   readonly log: (line: string) => void;
   readonly signal: AbortSignal | undefined;
+}
+
+/**
+ * Whether checkpoints of runs with this config hold what was collected ahead (the replay buffer and where collection
+ * stood): with `maxPolicyAge ≥ 1` the rows collected ahead were sampled with older weights and cannot be collected
+ * again the same way; with `maxPolicyAge` 0 they are sampled again, with the same weights and seeds, after a resume.
+ */
+function snapshotsCollected(c: GRPOTrainerConfig): boolean {
+  return maxPolicyAgeOf(c) > 0;
+}
+
+/** The options every task env of a run is built with. */
+function taskOptions(c: GRPOTrainerConfig, o: ParsedOptions): { seed: number; where: string; rewards?: readonly RewardSpec[] } {
+  return { seed: c.seed, where: "GRPOTrainer config.task", ...(o.rewards !== undefined ? { rewards: o.rewards } : {}) };
+}
+
+/** The training env: `options.env`, or the config's task (its prompt stream at `position` when given). */
+function trainEnv(c: GRPOTrainerConfig, o: ParsedOptions, position?: JSONValue): TaskEnv {
+  if (o.env !== undefined) return customEnv(o.env);
+  const rows = c.promptsPerStep * c.groupSize;
+  return createTaskEnv(c.task, { ...taskOptions(c, o), batchSize: rows, repeats: c.groupSize, split: "train", ...(position !== undefined ? { position } : {}) });
+}
+
+/** The held-out env: `options.evalEnv`, or the config's held-out task. */
+function heldOutEnv(c: GRPOTrainerConfig, o: ParsedOptions): TaskEnv {
+  if (o.evalEnv !== undefined) return customEnv(o.evalEnv);
+  const where = `GRPOTrainer config.${c.evalTask !== undefined ? "evalTask" : "task"}`;
+  return createTaskEnv(c.evalTask ?? c.task, { ...taskOptions(c, o), batchSize: c.eval.prompts, repeats: 1, split: "eval", where });
+}
+
+/** The role of worker `index` of a run's pool: trainer ranks first, then the generators, then the reference. */
+function roleOf(c: GRPOTrainerConfig, index: number): string {
+  if (index < c.workers.trainer.count) return "trainer";
+  return index < c.workers.trainer.count + c.workers.generator.count ? "generator" : "reference";
+}
+
+/**
+ * Builds a run's parts on its workers: starts the pool (or takes `options.pool`), loads the policy (and the
+ * reference), creates the trainer and the weight sync; `"resume"` restores the newest readable checkpoint (and the
+ * data position), `"restart"` (after a worker failure) the same when there is one and starts from scratch when there
+ * is none; both drop the lines logged after it. `envs` are the envs `create` built to check the config (the train env
+ * is used unless a position is restored).
+ */
+async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart", envs?: { readonly env: TaskEnv; readonly evalEnv: TaskEnv }): Promise<Parts> {
+  const { config: c, options: o, runDir, log, totalSteps } = s;
+  // workers 0..T−1 are the trainer ranks, the generators come next, the reference worker (if any) last
+  const roles = c.workers;
+  const generatorCount = roles.generator.count;
+  const devices = { trainer: roleDevice(c.model, roles.trainer), generator: roleDevice(c.model, roles.generator), reference: roleDevice(c.model, roles.reference) };
+  const used = [devices.trainer, ...(generatorCount > 0 ? [devices.generator] : []), ...(roles.reference.count > 0 ? [devices.reference] : [])];
+  const workerCount = roles.trainer.count + generatorCount + roles.reference.count;
+  const { pool, owned } = await openPool(c.model, workerCount, o.pool, o.signal, poolDevice(used));
+  try {
+    const ranks = pool.workers.slice(0, roles.trainer.count);
+    const worker = ranks[0]!;
+    const path = await modelPath(c.model, runDir, c.seed, log);
+    await Promise.all(ranks.map((w) => loadPolicy(w, path, c.model, { device: devices.trainer })));
+    let reference: ReferenceModel | readonly ReferenceModel[] | null = null;
+    if (c.klToRefCoeff > 0 && roles.reference.count === 1) {
+      const refWorker = pool.worker(roles.trainer.count + generatorCount);
+      await loadPolicy(refWorker, path, c.model, { device: devices.reference, name: REFERENCE_MODEL });
+      reference = new ReferenceModel(refWorker, REFERENCE_MODEL);
+    } else if (c.klToRefCoeff > 0) {
+      // a frozen copy in every rank's worker, each rank scoring its own shard
+      reference = await Promise.all(ranks.map((w) => ReferenceModel.copyOf(w, POLICY_MODEL, REFERENCE_MODEL)));
+    }
+    const trainer = await createPolicyTrainer(ranks, c, lossOf(c), totalSteps, reference, roles.trainer);
+    let generators: WeightEndpoint[];
+    let sync: WeightSyncScheme;
+    if (generatorCount > 0) {
+      generators = Array.from({ length: generatorCount }, (_, i) => ({ worker: pool.worker(roles.trainer.count + i), model: POLICY_MODEL }));
+      await Promise.all(generators.map((g) => loadPolicy(g.worker, path, c.model, { device: devices.generator })));
+      // collecting ahead: the trainer hands over a copy of its weights and trains on while the generators receive it
+      sync = new ZMQWeightSyncScheme(trainer, generators, { background: maxPolicyAgeOf(c) > 0 });
+    } else {
+      generators = [{ worker, model: GENERATOR_MODEL }];
+      // collecting ahead in the trainer's own worker needs a copy: shared weights would change under a queued generation
+      sync = await SharedWeightSyncScheme.create(trainer, { target: GENERATOR_MODEL, share: maxPolicyAgeOf(c) === 0 });
+    }
+
+    let startStep = 0;
+    let startVersion = 0;
+    let position: JSONValue | undefined;
+    // a restart before the first checkpoint starts over (a resume with nothing to resume from refuses instead)
+    const restore = mode === "resume" || (mode === "restart" && (await runDir.checkpoints()).length > 0);
+    const requiredFiles = snapshotsCollected(c) ? [BUFFER_FILE, SNAPSHOT_FILE] : [];
+    const latest = restore ? await restoreCheckpoint(runDir, trainer, log, { requiredFiles }) : undefined;
+    let collected: RestoredCollection | undefined;
+    if (latest !== undefined) {
+      const restored = latest.restored;
+      startStep = restored.step;
+      const saved = restored.dataPosition as { task?: JSONValue } | null;
+      position = saved?.task ?? undefined;
+      // the restored weights go to the generators as a new version (also labels a colocated generator's rows)
+      startVersion = (await sync.updateWeights()).policyVersion;
+      if (snapshotsCollected(c)) {
+        // the env continues after the last COLLECTED batch: the batches after the trained one are in the buffer
+        collected = await readSnapshot(latest.path, c.groupSize, startVersion);
+        position = collected.snapshot.position ?? undefined;
+        const { rows, heldBack, nextBatch } = collected.snapshot;
+        log(`restored ${String(rows)} collected rows (${String(heldBack)} held back) of batches ${String(startStep)}..${String(nextBatch - 1)} from ${latest.path}`);
+      }
+      log(`resumed ${runDir.path} at step ${String(startStep)} from ${latest.path}`);
+    }
+    if (mode !== "fresh") await runDir.truncateAfter(latest === undefined ? -1 : startStep);
+
+    const given = envs?.env;
+    const env = o.env !== undefined || position === undefined ? (given ?? trainEnv(c, o)) : trainEnv(c, o, position);
+    if (given !== undefined && env !== given) await given.env.close();
+    return {
+      setup: s,
+      config: c,
+      runDir,
+      pool,
+      ownsPool: owned,
+      workers: pool.workers.slice(0, workerCount),
+      trainer,
+      generators,
+      sync,
+      env,
+      evalEnv: envs?.evalEnv ?? heldOutEnv(c, o),
+      totalSteps,
+      startStep,
+      startVersion,
+      collected,
+      log,
+      signal: o.signal,
+    };
+  } catch (err) {
+    if (owned) await pool.close();
+    throw err;
+  }
 }
 
 /**
@@ -127,17 +277,21 @@ interface Parts {
  * the collector runs up to k versions ahead in the background while the trainer trains (k = 0 is the synchronous
  * algorithm; without `async` the collector is iterated one batch per step, with the same results). `evaluate()`
  * measures the held-out reward (greedy by default). The run's face (`run`, `train`, `summary`, `stop`, `evaluate`,
- * `close`) is `TrainingRun` (written once in `RunBase`).
+ * `close`) is `TrainingRun` (written once in `RunBase`). When a worker it started dies, the run restarts its workers
+ * from the last checkpoint (docs/trainers.md, "Supervision and restarts"); a generator lost among several is dropped
+ * and the others take its rows.
  */
 export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
-  readonly #parts: Parts;
-  readonly #collector: LLMCollector;
-  readonly #generatorPool: GeneratorPool;
-  readonly #evalPolicy: TransformersWrapper;
+  // the parts and the pipeline over them: built again after a restart (#install)
+  #parts!: Parts;
+  #partsClosed = false;
+  #sync!: WeightSyncScheme;
+  #collector!: LLMCollector;
+  #generatorPool!: GeneratorPool;
   /** The data position after each collected batch not yet trained, by batch number. */
-  readonly #positions = new Map<number, JSONValue>();
+  #positions = new Map<number, JSONValue>();
   #trainedPosition: JSONValue;
-  #policyVersion: number;
+  #policyVersion = 0;
   /** The last sync's delivery to the generators, still running while the next step trains (background sync). */
   #delivery: Promise<void> = Promise.resolve();
   #collecting = false;
@@ -145,14 +299,39 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
   #iteration: AsyncIterator<TensorDict> | undefined;
   #windowStart = 0;
   #busyAtStart = 0;
+  /** The number of the next batch the collector writes (also where `#positions` continues). */
+  #nextBatch = 0;
+  /** The collector policy's call counter (each call's sampling seed derives from it). */
+  #calls = { next: 0 };
+  /** Batches restored from the checkpoint's snapshot, already in the buffer when collection starts. */
+  #collectedAhead = 0;
+  /** Whether the collector still has batches to collect (none when the snapshot holds all the run's last ones). */
+  #collectLeft = true;
 
   private constructor(parts: Parts) {
+    const { options: o, config: c } = parts.setup;
     super({
       ...parts,
       name: "GRPOTrainer",
       evalLine: (e) => ({ eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd }),
+      userLog: o.log,
+      notRestartable:
+        o.pool !== undefined
+          ? "its workers are options.pool's: restart them, then resume"
+          : o.env !== undefined || o.evalEnv !== undefined
+            ? "it trains on options.env / options.evalEnv, whose state a restart cannot restore"
+            : undefined,
+      workers: () => this.#parts.workers.map((worker, i) => ({ worker, role: roleOf(c, i) })),
     });
+    this.#trainedPosition = null;
+    this.#install(parts);
+  }
+
+  /** Builds the pipeline over `parts` (the collector, its generators and replay buffer) from their start step. */
+  #install(parts: Parts): void {
     this.#parts = parts;
+    this.#partsClosed = false;
+    this.#sync = parts.sync;
     const { config, generators, env } = parts;
     const s = config.sampling;
     const G = config.groupSize;
@@ -169,35 +348,40 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
           },
         }),
     );
-    this.#evalPolicy = new TransformersWrapper(generators[0]!.worker, {
-      model: generators[0]!.model,
-      returnLogProbs: false,
-      generateKwargs: {
-        max_new_tokens: config.maxNewTokens,
-        ...(config.eval.greedy ? { do_sample: false } : { temperature: s.temperature, top_p: s.topP, top_k: s.topK }),
-        repetition_penalty: s.repetitionPenalty,
+    const groups = bufferGroupsOf(config);
+    const collected = parts.collected;
+    const replayBuffer =
+      collected?.replayBuffer ??
+      new ReplayBuffer({
+        storage: new LazyStackStorage({ maxSize: groups * G }),
+        transforms: [new MCAdvantage({ groupSize: G, promptKey: ["history", "prompt"] })],
+      });
+    this.#generatorPool = new GeneratorPool(policies, {
+      groupSize: G,
+      onGeneratorLost: (i, error) => {
+        void this.supervisor.generatorLost(this.step + 1, generators[i]!.worker, error).catch(() => undefined);
       },
     });
-    const groups = bufferGroupsOf(config);
-    const replayBuffer = new ReplayBuffer({
-      storage: new LazyStackStorage({ maxSize: groups * G }),
-      transforms: [new MCAdvantage({ groupSize: G, promptKey: ["history", "prompt"] })],
-    });
-    this.#generatorPool = new GeneratorPool(policies, { groupSize: G });
-    let batchNumber = parts.startStep;
-    this.#trainedPosition = env.position();
+    const snapshot = collected?.snapshot;
+    this.#nextBatch = snapshot?.nextBatch ?? parts.startStep;
+    this.#calls = { next: snapshot?.nextCall ?? parts.startStep };
+    this.#positions = snapshot === undefined ? new Map<number, JSONValue>() : positionsOf(snapshot);
+    this.#trainedPosition = snapshot === undefined ? env.position() : snapshot.trainedPosition;
+    this.#collectedAhead = this.#nextBatch - parts.startStep;
+    const batchesLeft = parts.totalSteps - this.#nextBatch;
+    this.#collectLeft = batchesLeft > 0;
     this.#collector = new LLMCollector({
       env: env.env,
-      policy: seededPolicy(this.#generatorPool, config.seed, parts.startStep),
+      policy: seededPolicy(this.#generatorPool, config.seed, this.#calls),
       dialogTurnsPerBatch: config.promptsPerStep * G,
-      // the steps left: the collector's gate keeps every batch within maxPolicyAge, so none is dropped or extra
-      totalDialogTurns: Math.max(1, parts.totalSteps - parts.startStep) * config.promptsPerStep * G,
+      // the batches left: the collector's gate keeps every batch within maxPolicyAge, so none is dropped or extra
+      totalDialogTurns: Math.max(1, batchesLeft) * config.promptsPerStep * G,
       replayBuffer,
       resetAtEachIter: true,
       trackPolicyVersion: true,
       weightUpdater: () => this.#publishWeights(),
       postproc: (batch) => {
-        const n = batchNumber++;
+        const n = this.#nextBatch++;
         this.#positions.set(n, env.position());
         return batch.set([...BATCH_KEY], Tensor.full("int64", batch.batchSize, BigInt(n)));
       },
@@ -205,25 +389,40 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     });
     this.#policyVersion = parts.startVersion;
     this.#collector.setPolicyVersion(parts.startVersion);
+    this.#delivery = Promise.resolve();
+    this.#collecting = false;
+    this.#iteration = undefined;
   }
 
   /**
    * The weight sync of a step (the collector's `weightUpdater`). With a background sync it returns once the trainer's
    * worker has copied the weights: the next step trains while the generators receive them (after their generation
-   * in flight). One delivery at a time; a failed one fails the next sync.
+   * in flight). One delivery at a time; a failed one fails the next sync. Generators dropped after a failure get none.
    */
   async #publishWeights(): Promise<void> {
     await this.#delivery;
-    const sync = this.#parts.sync;
-    if (!(sync instanceof ZMQWeightSyncScheme)) {
-      this.#policyVersion = (await sync.updateWeights()).policyVersion;
+    const current = this.#sync;
+    if (!(current instanceof ZMQWeightSyncScheme)) {
+      this.#policyVersion = (await current.updateWeights()).policyVersion;
       return;
+    }
+    let sync = current;
+    const live = this.#liveGenerators();
+    if (live.length < sync.targets.length) {
+      sync = new ZMQWeightSyncScheme(this.trainer, live, { background: maxPolicyAgeOf(this.#parts.config) > 0 });
+      this.#sync = sync;
     }
     const started = await sync.startUpdate();
     this.#policyVersion = started.policyVersion;
     const delivery = started.delivered.then(() => undefined);
     delivery.catch(() => undefined); // awaited (and so rethrown) by the next sync, an evaluation or close
     this.#delivery = delivery;
+  }
+
+  /** The generators not dropped by the generator pool. */
+  #liveGenerators(): WeightEndpoint[] {
+    const lost = new Set(this.#generatorPool.lost);
+    return this.#parts.generators.filter((_, i) => !lost.has(i));
   }
 
   /** The collector feeding the trainer (its replay buffer, counters and policy version). */
@@ -254,115 +453,28 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
         `GRPOTrainer options.env: its batch size [${o.env.batchSize.join(", ")}] must hold promptsPerStep × groupSize = ${rowsPerStep} rows`,
       );
     }
-    const log = logger(o.log);
-    const taskOptions = {
-      seed: c.seed,
-      where: `${where}.task`,
-      ...(o.rewards !== undefined ? { rewards: o.rewards } : {}),
-    };
     // built first to check the task (and count an epoch) before anything is started or written
-    const probe = o.env !== undefined ? customEnv(o.env) : createTaskEnv(c.task, { ...taskOptions, batchSize: rowsPerStep, repeats: c.groupSize, split: "train" });
-    const evalEnv =
-      o.evalEnv !== undefined
-        ? customEnv(o.evalEnv)
-        : createTaskEnv(c.evalTask ?? c.task, {
-            ...taskOptions,
-            batchSize: c.eval.prompts,
-            repeats: 1,
-            split: "eval",
-            where: `${where}.${c.evalTask !== undefined ? "evalTask" : "task"}`,
-          });
+    const probe = trainEnv(c, o);
+    const evalEnv = heldOutEnv(c, o);
     const totalSteps = runLength(c.steps, c.epochs, c.epochs === undefined ? null : await probe.epochSize(), c.promptsPerStep, where);
     const runDir = new RunDirectory(c.runDir);
     const resumable = await runDir.prepare(o.resume);
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS, GRPOTrainerConfigSchema);
     await runDir.writeConfig(c);
-
-    // workers 0..T−1 are the trainer ranks, the generators come next, the reference worker (if any) last
-    const roles = c.workers;
-    const generatorCount = roles.generator.count;
-    const devices = { trainer: roleDevice(c.model, roles.trainer), generator: roleDevice(c.model, roles.generator), reference: roleDevice(c.model, roles.reference) };
-    const used = [devices.trainer, ...(generatorCount > 0 ? [devices.generator] : []), ...(roles.reference.count > 0 ? [devices.reference] : [])];
-    const workerCount = roles.trainer.count + generatorCount + roles.reference.count;
-    const { pool, owned } = await openPool(c.model, workerCount, o.pool, o.signal, poolDevice(used));
-    try {
-      const ranks = pool.workers.slice(0, roles.trainer.count);
-      const worker = ranks[0]!;
-      const path = await modelPath(c.model, runDir, c.seed, log);
-      await Promise.all(ranks.map((w) => loadPolicy(w, path, c.model, { device: devices.trainer })));
-      let reference: ReferenceModel | readonly ReferenceModel[] | null = null;
-      if (c.klToRefCoeff > 0 && roles.reference.count === 1) {
-        const refWorker = pool.worker(roles.trainer.count + generatorCount);
-        await loadPolicy(refWorker, path, c.model, { device: devices.reference, name: REFERENCE_MODEL });
-        reference = new ReferenceModel(refWorker, REFERENCE_MODEL);
-      } else if (c.klToRefCoeff > 0) {
-        // a frozen copy in every rank's worker, each rank scoring its own shard
-        reference = await Promise.all(ranks.map((w) => ReferenceModel.copyOf(w, POLICY_MODEL, REFERENCE_MODEL)));
-      }
-      const trainer = await createPolicyTrainer(ranks, c, lossOf(c), totalSteps, reference, roles.trainer);
-      let generators: WeightEndpoint[];
-      let sync: WeightSyncScheme;
-      if (generatorCount > 0) {
-        generators = Array.from({ length: generatorCount }, (_, i) => ({ worker: pool.worker(roles.trainer.count + i), model: POLICY_MODEL }));
-        await Promise.all(generators.map((g) => loadPolicy(g.worker, path, c.model, { device: devices.generator })));
-        // collecting ahead: the trainer hands over a copy of its weights and trains on while the generators receive it
-        sync = new ZMQWeightSyncScheme(trainer, generators, { background: maxPolicyAgeOf(c) > 0 });
-      } else {
-        generators = [{ worker, model: GENERATOR_MODEL }];
-        // collecting ahead in the trainer's own worker needs a copy: shared weights would change under a queued generation
-        sync = await SharedWeightSyncScheme.create(trainer, { target: GENERATOR_MODEL, share: maxPolicyAgeOf(c) === 0 });
-      }
-
-      let startStep = 0;
-      let startVersion = 0;
-      let position: JSONValue | undefined;
-      const latest = resumable ? await runDir.latestCheckpoint() : undefined;
-      if (latest !== undefined) {
-        const restored = await trainer.loadCheckpoint(latest.path);
-        startStep = restored.step;
-        const saved = restored.dataPosition as { task?: JSONValue } | null;
-        position = saved?.task ?? undefined;
-        // the restored weights go to the generators as a new version (also labels a colocated generator's rows)
-        startVersion = (await sync.updateWeights()).policyVersion;
-        log(`resumed ${runDir.path} at step ${String(startStep)} from ${latest.path}`);
-      }
-      if (resumable) await runDir.truncateAfter(latest === undefined ? -1 : startStep);
-
-      const env =
-        o.env !== undefined || position === undefined
-          ? probe
-          : createTaskEnv(c.task, { ...taskOptions, batchSize: rowsPerStep, repeats: c.groupSize, split: "train", position });
-      return new GRPOTrainer({
-        config: c,
-        runDir,
-        pool,
-        ownsPool: owned,
-        workers: pool.workers.slice(0, workerCount),
-        trainer,
-        generators,
-        sync,
-        env,
-        evalEnv,
-        totalSteps,
-        startStep,
-        startVersion,
-        log,
-        signal: o.signal,
-      });
-    } catch (err) {
-      if (owned) await pool.close();
-      throw err;
-    }
+    const setup: Setup = { config: c, options: o, runDir, totalSteps, log: logger(o.log) };
+    return new GRPOTrainer(await buildParts(setup, resumable ? "resume" : "fresh", { env: probe, evalEnv }));
   }
 
   /** Stops the collector and closes the envs and the weight sync; stops the workers it started (or unloads its models from `pool`). */
   protected override async closeParts(): Promise<void> {
+    if (this.#partsClosed) return;
+    this.#partsClosed = true;
     const p = this.#parts;
     await this.#delivery.catch(() => undefined);
     await this.#iteration?.return?.();
     await this.#collector.close();
     await p.evalEnv.env.close();
-    await p.sync.close();
+    await this.#sync.close();
     if (p.ownsPool) {
       await p.pool.close();
       return;
@@ -373,13 +485,25 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     }
   }
 
+  /** After a worker failure: closes everything (the dead workers' pool too) and builds it again from the last checkpoint. */
+  protected override async rebuildParts(): Promise<{ trainer: Trainer; startStep: number }> {
+    const p = this.#parts;
+    // a dead worker fails the closing of what it held: the pool is closed whatever happens
+    await this.closeParts().catch(async () => {
+      if (p.ownsPool) await p.pool.close();
+    });
+    const parts = await buildParts(p.setup, "restart");
+    this.#install(parts);
+    return { trainer: parts.trainer, startStep: parts.startStep };
+  }
+
   /** One GRPO step (`grpoStep`); starts the collector on the first one, and remembers the version and data position. */
   protected override async trainStep(step: number): Promise<StepOutcome> {
     const { config } = this.#parts;
     if (!this.#collecting) {
       this.#collecting = true;
       if (config.async === undefined) this.#iteration = this.#collector[Symbol.asyncIterator]();
-      else this.#collector.start({ maxPolicyAge: config.async.maxPolicyAge });
+      else if (this.#collectLeft) this.#collector.start({ maxPolicyAge: config.async.maxPolicyAge, collectedAhead: this.#collectedAhead });
       this.#windowStart = performance.now();
       this.#busyAtStart = this.#collector.stats.busyMs;
     }
@@ -408,15 +532,77 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
   /** The held-out reward of the generator after `step` steps (not counted in the next step's timing window). */
   protected override async evaluateAt(step: number): Promise<EvalRecord> {
     await this.#delivery; // the generator evaluates this step's weights
-    const evaluation = await evaluateOnEnv(this.#parts.evalEnv, this.#evalPolicy, step);
+    const evaluation = await evaluateOnEnv(this.#parts.evalEnv, this.#evalPolicy(), step);
     this.#windowStart = performance.now();
     this.#busyAtStart = this.#collector.stats.busyMs;
     return evaluation;
   }
 
-  /** The trainer's checkpoint, with the data position after the last trained batch, the step and the policy version. */
+  /** The held-out policy: greedy by default, on the first generator not dropped. */
+  #evalPolicy(): TransformersWrapper {
+    const { config } = this.#parts;
+    const s = config.sampling;
+    const generator = this.#liveGenerators()[0] ?? this.#parts.generators[0]!;
+    return new TransformersWrapper(generator.worker, {
+      model: generator.model,
+      returnLogProbs: false,
+      generateKwargs: {
+        max_new_tokens: config.maxNewTokens,
+        ...(config.eval.greedy ? { do_sample: false } : { temperature: s.temperature, top_p: s.topP, top_k: s.topK }),
+        repetition_penalty: s.repetitionPenalty,
+      },
+    });
+  }
+
+  /**
+   * The trainer's checkpoint, with the data position after the last trained batch, the step and the policy version.
+   * A run collecting ahead (`maxPolicyAge ≥ 1`) adds what it collected but did not train (collected-snapshot.ts): the
+   * collector is paused only while the snapshot is taken (the batch in flight is written first); the buffer file is
+   * written beside the checkpoint meanwhile and moved in, with the JSON last, once the worker's save has put the
+   * checkpoint directory in place.
+   */
   protected override async saveCheckpoint(dir: string, step: number): Promise<void> {
-    await this.trainer.saveCheckpoint(dir, { dataPosition: { task: this.#trainedPosition, step, policyVersion: this.#policyVersion } });
+    const dataPosition = { task: this.#trainedPosition, step, policyVersion: this.#policyVersion };
+    if (!snapshotsCollected(this.#parts.config)) {
+      await this.trainer.saveCheckpoint(dir, { dataPosition });
+      return;
+    }
+    const collector = this.#collector;
+    const staged = join(this.#parts.runDir.checkpointsPath, `.${basename(dir)}.${BUFFER_FILE}.tmp`);
+    await mkdir(this.#parts.runDir.checkpointsPath, { recursive: true });
+    let buffered: Promise<void>;
+    let snapshot: CollectedSnapshot;
+    await collector.pause();
+    try {
+      const rb = collector.replayBuffer!;
+      buffered = rb.save(staged); // takes the rows and held-back groups now, writes them after
+      buffered.catch(() => undefined); // awaited (and so rethrown) after the worker's save
+      const advantage = rb.transforms.find((t) => t instanceof MCAdvantage);
+      snapshot = {
+        format: "posttrain.collected",
+        version: 1,
+        nextBatch: this.#nextBatch,
+        nextCall: this.#calls.next,
+        policyVersion: collector.policyVersion ?? 0,
+        position: this.#positions.get(this.#nextBatch - 1) ?? this.#trainedPosition,
+        trainedPosition: this.#trainedPosition,
+        positions: [...this.#positions].filter(([n]) => n < this.#nextBatch),
+        rows: rb.length,
+        heldBack: advantage?.stats.queuedTrajectories ?? 0,
+      };
+    } finally {
+      collector.resume();
+    }
+    try {
+      await this.trainer.saveCheckpoint(dir, { dataPosition });
+      await buffered;
+      await rename(staged, join(dir, BUFFER_FILE));
+      await writeSnapshot(dir, snapshot);
+    } catch (err) {
+      await buffered.catch(() => undefined);
+      await rm(staged, { force: true });
+      throw err;
+    }
   }
 }
 
@@ -424,9 +610,8 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
  * The collector's policy: every call samples with a seed derived from the run's seed and the call's number (so a run
  * and its resume are reproducible), its groups pulled in chunks by whichever generator is free (`GeneratorPool`).
  */
-function seededPolicy(generators: GeneratorPool, seed: number, firstCall: number): Policy {
-  let call = firstCall;
-  return (td: TensorDict, options: RequestOptions): Promise<TensorDict> => generators.forward(td, { ...options, seed: stepSeed(seed, call++) });
+function seededPolicy(generators: GeneratorPool, seed: number, calls: { next: number }): Policy {
+  return (td: TensorDict, options: RequestOptions): Promise<TensorDict> => generators.forward(td, { ...options, seed: stepSeed(seed, calls.next++) });
 }
 
 /** The sampling seed of call `call` of a run seeded with `seed` (defined with `GeneratorPool`, which derives its chunks' seeds with it). */

@@ -1,13 +1,14 @@
 /**
  * `TrainingRun`, what every whole-run recipe (`GRPOTrainer`, `SFTTrainer`) offers, and `RunBase`, that face written
- * once over the step loop (`RunLoop`): each recipe adds only its setup, its step, its evaluation, its checkpoint and
- * the closing of its own parts.
+ * once over the step loop (`RunLoop`) and its supervision (`Supervisor`): each recipe adds only its setup, its step,
+ * its evaluation, its checkpoint, the closing of its own parts and their rebuilding after a worker failure.
  */
 import type { Trainer } from "../trainers/trainer.js";
 import { TrainerClosedError } from "./errors.js";
 import type { EvalRecord, StepRecord, TrainSummary } from "./records.js";
 import type { RunDirectory } from "./run-directory.js";
 import { RunLoop, type StepOutcome } from "./run-loop.js";
+import { Supervisor, type RoleWorker, type SupervisionSettings } from "./supervisor.js";
 
 /**
  * A whole training run, as `GRPOTrainer` and `SFTTrainer` are: what the `posttrain` command line drives.
@@ -50,6 +51,7 @@ export interface TrainingRun extends AsyncDisposable {
 /** The config fields the step loop reads. */
 export interface RunLoopConfig {
   readonly eval: { readonly every: number };
+  readonly supervision: SupervisionSettings;
   readonly checkpoint: { readonly every: number; readonly keepLast: number };
 }
 
@@ -67,6 +69,12 @@ export interface RunBaseParts<C extends RunLoopConfig> {
   readonly signal: AbortSignal | undefined;
   /** The metrics an evaluation adds to its step's line. */
   readonly evalLine: (evaluation: EvalRecord) => Record<string, number | null>;
+  /** Why the run cannot restart its workers after a failure (they are the caller's), or `undefined` when it can. */
+  readonly notRestartable: string | undefined;
+  /** The caller's `options.log`, if any: without it, worker failures and restarts (rare, and worth seeing) go to stderr. */
+  readonly userLog: ((line: string) => void) | undefined;
+  /** The run's workers now, with their roles (to name the one that failed). */
+  readonly workers: () => readonly RoleWorker[];
 }
 
 /**
@@ -80,17 +88,29 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   readonly runDir: string;
   /** The step the run ends at. */
   readonly totalSteps: number;
-  /** The low-level trainer in the policy's worker. */
-  readonly trainer: Trainer;
   readonly #name: string;
   readonly #loop: RunLoop;
+  readonly #supervisor: Supervisor;
+  #trainer: Trainer;
 
   protected constructor(parts: RunBaseParts<C>) {
     this.config = parts.config;
     this.runDir = parts.runDir.path;
     this.totalSteps = parts.totalSteps;
-    this.trainer = parts.trainer;
+    this.#trainer = parts.trainer;
     this.#name = parts.name;
+    this.#supervisor = new Supervisor({
+      name: parts.name,
+      settings: parts.config.supervision,
+      runDir: parts.runDir,
+      log:
+        parts.userLog ??
+        ((line) => {
+          console.warn(line);
+        }),
+      notRestartable: parts.notRestartable,
+      workers: parts.workers,
+    });
     this.#loop = new RunLoop({
       name: parts.name,
       runDir: parts.runDir,
@@ -100,11 +120,36 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
       checkpoint: parts.config.checkpoint,
       log: parts.log,
       signal: parts.signal,
-      trainStep: (step) => this.trainStep(step),
+      trainStep: async (step) => {
+        const outcome = await this.trainStep(step);
+        this.#supervisor.stepDone();
+        return outcome;
+      },
       evaluate: (step) => this.evaluateAt(step),
       saveCheckpoint: (dir, step) => this.saveCheckpoint(dir, step),
       evalLine: parts.evalLine,
+      recover: (error, step) =>
+        this.#supervisor.recover(error, step, async () => {
+          const rebuilt = await this.rebuildParts();
+          this.#trainer = rebuilt.trainer;
+          return rebuilt.startStep;
+        }),
     });
+  }
+
+  /** The low-level trainer in the policy's worker (a new one after each restart). */
+  get trainer(): Trainer {
+    return this.#trainer;
+  }
+
+  /** Restarts after worker failures so far (see docs/trainers.md, "Supervision and restarts"). */
+  get restarts(): number {
+    return this.#supervisor.restarts;
+  }
+
+  /** The run's supervisor (a recipe records generator failures with it). */
+  protected get supervisor(): Supervisor {
+    return this.#supervisor;
   }
 
   /** Optimizer steps taken so far (a resumed run counts the earlier ones). */
@@ -173,4 +218,11 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
 
   /** Releases what the subclass holds (envs, weight sync, workers or its models in a given pool). */
   protected abstract closeParts(): Promise<void>;
+
+  /**
+   * After a worker failure: closes the parts (their dead workers included), starts fresh workers and builds the parts
+   * again as a resume does, from the last checkpoint (or from scratch when there is none); resolves with the new
+   * trainer and the checkpoint's step.
+   */
+  protected abstract rebuildParts(): Promise<{ trainer: Trainer; startStep: number }>;
 }

@@ -1,15 +1,15 @@
 /**
  * `RunDirectory`: the files of one training run — `config.yaml` (the resolved config), `metrics.jsonl` (one
- * line per step, fsynced before each checkpoint), `samples.jsonl`, `checkpoints/step-<N>/` (pruned to the last few)
- * and `report.html`.
+ * line per step, fsynced before each checkpoint), `samples.jsonl`, `events.jsonl` (worker failures and restarts),
+ * `checkpoints/step-<N>/` (pruned to the last few) and `report.html`.
  * See docs/trainers.md ("Run directory").
  */
-import { mkdir, open, readdir, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import type { z } from "zod";
-import { parseJSONLines, readOptional, writeReport, type MetricRecord, type SampleRecord } from "../reports/index.js";
-import { RunConfigMismatchError, RunDirectoryError } from "./errors.js";
+import { isRunEvent, parseJSONLines, readOptional, writeReport, type MetricRecord, type RunEvent, type SampleRecord } from "../reports/index.js";
+import { NoCheckpointError, RunConfigMismatchError, RunDirectoryError, type SetAsideCheckpoint } from "./errors.js";
 
 /** A checkpoint of the run: its step and directory. */
 export interface RunCheckpoint {
@@ -18,6 +18,10 @@ export interface RunCheckpoint {
 }
 
 const CHECKPOINT_NAME = /^step-(\d+)$/;
+/** The weight files `save_pretrained` writes: whole or sharded, a full model or a LoRA adapter. */
+const WEIGHT_FILE = /^(?:model|adapter_model)(?:-\d+-of-\d+)?\.safetensors$/;
+/** The suffix of a checkpoint set aside as unreadable (it no longer matches {@link CHECKPOINT_NAME}). */
+const SET_ASIDE_SUFFIX = ".corrupt";
 
 /**
  * Appends `lines` to `path`. No fsync here (it costs milliseconds a step on some disks): the lines are with the OS
@@ -79,6 +83,11 @@ export class RunDirectory {
     return join(this.path, "samples.jsonl");
   }
 
+  /** `events.jsonl`: worker failures and restarts (docs/trainers.md, "Supervision and restarts"). */
+  get eventsPath(): string {
+    return join(this.path, "events.jsonl");
+  }
+
   /** `checkpoints/`. */
   get checkpointsPath(): string {
     return join(this.path, "checkpoints");
@@ -100,9 +109,11 @@ export class RunDirectory {
   }
 
   /**
-   * Prepares the directory for a run and tells whether there is a run to resume. A fresh run (`resume` false) needs
-   * a directory without `metrics.jsonl` (a `RunDirectoryError` otherwise: resume it or pick another directory); with
-   * `resume`, a directory without `config.yaml` simply starts a new run.
+   * Prepares the directory for a run and tells whether there is a run to resume (`resume` itself: a resume never
+   * silently starts over). A fresh run (`resume` false) needs a directory without `metrics.jsonl` (a
+   * `RunDirectoryError` otherwise: resume it or pick another directory). A resume needs `config.yaml` and at least one
+   * checkpoint, else a {@link NoCheckpointError} before any worker starts; whether a checkpoint is readable is
+   * decided when it is loaded (`restoreCheckpoint`).
    */
   async prepare(resume: boolean): Promise<boolean> {
     await mkdir(this.path, { recursive: true });
@@ -110,7 +121,27 @@ export class RunDirectory {
     if (!resume && hasMetrics) {
       throw new RunDirectoryError(this.path, "already holds a run (metrics.jsonl); resume it or choose another runDir");
     }
-    return resume && (await readOptional(this.configPath)) !== undefined;
+    if (!resume) return false;
+    if ((await readOptional(this.configPath)) === undefined) {
+      throw new NoCheckpointError(this.path, "it holds no run (no config.yaml)", "run without resume (--resume), or check the runDir");
+    }
+    if ((await this.checkpoints()).length === 0) throw this.#noCheckpoint("it holds no checkpoint (the run stopped before its first save)", [], hasMetrics);
+    return true;
+  }
+
+  /**
+   * The {@link NoCheckpointError} of this directory, its advice on starting over depending on whether it already
+   * holds metrics (then only a fresh runDir will do).
+   */
+  async noCheckpointError(problem: string, setAside: readonly SetAsideCheckpoint[]): Promise<NoCheckpointError> {
+    return this.#noCheckpoint(problem, setAside, (await readOptional(this.metricsPath)) !== undefined);
+  }
+
+  #noCheckpoint(problem: string, setAside: readonly SetAsideCheckpoint[], hasMetrics: boolean): NoCheckpointError {
+    const startOver = hasMetrics
+      ? "choose a fresh runDir (--run-dir): this one already holds metrics.jsonl"
+      : "run without resume (--resume), or choose a fresh runDir (--run-dir)";
+    return new NoCheckpointError(this.path, problem, startOver, setAside);
   }
 
   /** Writes `config.yaml` (atomically). */
@@ -140,6 +171,17 @@ export class RunDirectory {
   /** Appends lines to `samples.jsonl`. */
   async appendSamples(samples: readonly SampleRecord[]): Promise<void> {
     await appendLines(this.samplesPath, samples.map(jsonLine));
+  }
+
+  /** Appends one event to `events.jsonl` and syncs it (a restart is rare, and its record should outlive a crash). */
+  async appendEvent(event: RunEvent): Promise<void> {
+    await appendLines(this.eventsPath, [jsonLine(event)]);
+    await syncFile(this.eventsPath);
+  }
+
+  /** The events of `events.jsonl`, oldest first (none when there is no such file). */
+  async readEvents(): Promise<RunEvent[]> {
+    return parseJSONLines((await readOptional(this.eventsPath)) ?? "", "events.jsonl").filter(isRunEvent);
   }
 
   /** The records of `metrics.jsonl` (a torn last line is skipped). */
@@ -182,9 +224,51 @@ export class RunDirectory {
     return out.sort((a, b) => a.step - b.step);
   }
 
-  /** The newest checkpoint, or `undefined`. */
+  /** The newest checkpoint, or `undefined` (readable or not: see {@link checkpointProblem}). */
   async latestCheckpoint(): Promise<RunCheckpoint | undefined> {
     return (await this.checkpoints()).at(-1);
+  }
+
+  /**
+   * Why `checkpoint` cannot be resumed from, as far as the files tell (`undefined`: it looks whole): its
+   * `trainer_state.json` (written last) must parse with a step, and its weight files (`model.safetensors`, shards,
+   * or a LoRA adapter) must exist and be non-empty. The load itself is the final judge of the rest.
+   */
+  async checkpointProblem(checkpoint: RunCheckpoint): Promise<string | undefined> {
+    let names: string[];
+    try {
+      names = await readdir(checkpoint.path);
+    } catch (err) {
+      return `cannot list its directory (${(err as NodeJS.ErrnoException).code ?? String(err)})`;
+    }
+    if (!names.includes("trainer_state.json")) return "trainer_state.json is missing (a half-written checkpoint)";
+    let state: unknown;
+    try {
+      state = JSON.parse(await readFile(join(checkpoint.path, "trainer_state.json"), "utf8")) as unknown;
+    } catch (err) {
+      return `trainer_state.json does not parse (${err instanceof Error ? err.message : String(err)})`;
+    }
+    const step = typeof state === "object" && state !== null ? (state as { step?: unknown }).step : undefined;
+    if (typeof step !== "number" || !Number.isInteger(step) || step < 0) return "trainer_state.json has no step";
+    const weights = names.filter((n) => WEIGHT_FILE.test(n)).sort();
+    if (weights.length === 0) return "its weight file (model.safetensors) is missing";
+    for (const name of weights) {
+      if ((await stat(join(checkpoint.path, name))).size === 0) return `its weight file ${name} is empty (0 bytes)`;
+    }
+    return undefined;
+  }
+
+  /**
+   * Renames an unreadable checkpoint aside to `checkpoints/step-<N>.corrupt` (`.corrupt-2`, ... when taken), so that
+   * no resume picks it again and no pruning removes it: nothing saved is ever deleted.
+   */
+  async setAside(checkpoint: RunCheckpoint, reason: string): Promise<SetAsideCheckpoint> {
+    for (let n = 1; ; n++) {
+      const path = `${checkpoint.path}${SET_ASIDE_SUFFIX}${n === 1 ? "" : `-${String(n)}`}`;
+      if ((await stat(path).catch(() => undefined)) !== undefined) continue;
+      await rename(checkpoint.path, path);
+      return { path, step: checkpoint.step, reason };
+    }
   }
 
   /** Removes all but the newest `keepLast` checkpoints. */

@@ -1,7 +1,8 @@
 /**
  * The step loop under `RunBase`, so under every whole run: counts steps, runs held-out evaluations on schedule,
  * appends `metrics.jsonl` and `samples.jsonl`, logs a plain line per step, writes and prunes checkpoints, and handles
- * `stop()` and the abort signal (finish the step, checkpoint, report, end cleanly).
+ * `stop()` and the abort signal (finish the step, checkpoint, report, end cleanly). A failure inside a step goes to
+ * `recover` (the supervisor): when it answers with a checkpoint's step, the loop goes back to it and goes on.
  */
 import { InvalidArgumentError } from "../core/errors.js";
 import type { SampleRecord } from "../reports/index.js";
@@ -24,7 +25,10 @@ export interface RunLoopOptions {
   readonly totalSteps: number;
   /** Evaluate every this many steps (0 = never). */
   readonly evalEvery: number;
-  readonly checkpoint: { readonly every: number; readonly keepLast: number };
+  /** Save every `every` steps or `everyMinutes` minutes since the last save, whichever comes first (0: off). */
+  readonly checkpoint: { readonly every: number; readonly everyMinutes?: number; readonly keepLast: number };
+  /** The clock of `checkpoint.everyMinutes`, in milliseconds (default `performance.now`). */
+  readonly now?: () => number;
   readonly log: (line: string) => void;
   readonly signal: AbortSignal | undefined;
   /** Takes step number `step` (1-based). */
@@ -35,6 +39,13 @@ export interface RunLoopOptions {
   saveCheckpoint(dir: string, step: number): Promise<void>;
   /** The metrics an evaluation adds to its step's line. */
   evalLine(evaluation: EvalRecord): Record<string, number | null>;
+  /**
+   * Called with the error of a failed step (its training, evaluation, logging or checkpoint; `step` is its number, 0
+   * for the evaluation before the first step): restarts what failed and resolves with the step of the checkpoint the
+   * run continues from (its later lines already dropped from `metrics.jsonl`), or rejects to end the run. Without it a
+   * failure ends the run.
+   */
+  recover?(error: unknown, step: number): Promise<number>;
 }
 
 const fmt = (v: number | null | undefined, digits = 3): string => (typeof v === "number" && Number.isFinite(v) ? v.toFixed(digits) : "-");
@@ -66,6 +77,8 @@ export class RunLoop {
   #firstEval: EvalRecord | null = null;
   #lastEval: EvalRecord | null = null;
   #lastCheckpoint: { step: number; path: string } | null = null;
+  /** When the last save ended (or `run()` began): `checkpoint.everyMinutes` counts from there. */
+  #lastSaveAt = 0;
   readonly #onAbort = (): void => {
     this.#stopRequested = true;
   };
@@ -92,40 +105,53 @@ export class RunLoop {
   async *run(): AsyncGenerator<StepRecord> {
     if (this.#running) throw new InvalidArgumentError(`${this.#o.name}.run: already running`);
     this.#running = true;
+    this.#lastSaveAt = this.#now();
     let finished!: () => void;
     this.#done = new Promise((resolve) => (finished = resolve));
     let failed = false;
+    const o = this.#o;
+    /** The step being taken (0: the evaluation before the first), for `recover`. */
+    let current = 0;
     try {
-      const o = this.#o;
-      if (this.#step === 0 && o.evalEvery > 0 && this.#firstEval === null && !this.#stopRequested) {
-        const evaluation = await o.evaluate(0);
-        this.#firstEval = evaluation;
-        this.#lastEval = evaluation;
-        await o.runDir.appendMetrics({ step: 0, ...o.evalLine(evaluation) });
-        await o.runDir.appendSamples(evaluation.samples);
-        o.log(`${o.name} before training: ${formatStepLine({ step: 0, ...o.evalLine(evaluation) }, o.totalSteps)}`);
-      }
-      while (this.#step < o.totalSteps && !this.#stopRequested) {
-        const step = this.#step + 1;
-        const outcome = await o.trainStep(step);
-        this.#step = step;
-        let record: StepRecord = outcome.record;
-        const samples = [...outcome.samples];
-        if (o.evalEvery > 0 && (step % o.evalEvery === 0 || step === o.totalSteps)) {
-          const evaluation = await o.evaluate(step);
-          this.#lastEval = evaluation;
-          record = { ...record, ...o.evalLine(evaluation) };
-          samples.push(...evaluation.samples);
-        }
-        await o.runDir.appendMetrics(record);
-        await o.runDir.appendSamples(samples);
-        o.log(formatStepLine(record, o.totalSteps));
-        if (o.checkpoint.every > 0 && step % o.checkpoint.every === 0 && step < o.totalSteps) await this.#checkpoint();
-        this.#suspended = true;
+      for (;;) {
         try {
-          yield record;
-        } finally {
-          this.#suspended = false;
+          if (this.#step === 0 && o.evalEvery > 0 && this.#firstEval === null && !this.#stopRequested) {
+            current = 0;
+            const evaluation = await o.evaluate(0);
+            await o.runDir.appendMetrics({ step: 0, ...o.evalLine(evaluation) });
+            await o.runDir.appendSamples(evaluation.samples);
+            this.#firstEval = evaluation;
+            this.#lastEval = evaluation;
+            o.log(`${o.name} before training: ${formatStepLine({ step: 0, ...o.evalLine(evaluation) }, o.totalSteps)}`);
+          }
+          while (this.#step < o.totalSteps && !this.#stopRequested) {
+            const step = this.#step + 1;
+            current = step;
+            const outcome = await o.trainStep(step);
+            this.#step = step;
+            let record: StepRecord = outcome.record;
+            const samples = [...outcome.samples];
+            if (o.evalEvery > 0 && (step % o.evalEvery === 0 || step === o.totalSteps)) {
+              const evaluation = await o.evaluate(step);
+              this.#lastEval = evaluation;
+              record = { ...record, ...o.evalLine(evaluation) };
+              samples.push(...evaluation.samples);
+            }
+            await o.runDir.appendMetrics(record);
+            await o.runDir.appendSamples(samples);
+            o.log(formatStepLine(record, o.totalSteps));
+            if (this.#checkpointDue(step)) await this.#checkpoint();
+            this.#suspended = true;
+            try {
+              yield record;
+            } finally {
+              this.#suspended = false;
+            }
+          }
+          break;
+        } catch (err) {
+          if (o.recover === undefined) throw err;
+          this.#rewind(await o.recover(err, current));
         }
       }
     } catch (err) {
@@ -142,11 +168,41 @@ export class RunLoop {
     }
   }
 
+  /**
+   * Goes back to the checkpoint of `step` after a recovery: the steps after it are taken again (their lines were
+   * dropped), and with nothing to resume from (`step` 0) the evaluation before the first step runs again.
+   */
+  #rewind(step: number): void {
+    this.#step = step;
+    this.#lastCheckpoint = step > 0 ? { step, path: this.#o.runDir.checkpointPath(step) } : null;
+    this.#lastSaveAt = this.#now(); // the run continues from a save: `everyMinutes` counts from the restart
+    if (step === 0) {
+      this.#firstEval = null;
+      this.#lastEval = null;
+    }
+  }
+
   /** Writes `report.html`; a failure is logged, not thrown (the run and its checkpoint matter more). */
   async #writeReport(): Promise<void> {
     await this.#o.runDir.writeReport().catch((err: unknown) => {
       this.#o.log(`${this.#o.name}: could not write ${this.#o.runDir.reportPath}: ${err instanceof Error ? err.message : String(err)}`);
     });
+  }
+
+  #now(): number {
+    return this.#o.now?.() ?? performance.now();
+  }
+
+  /**
+   * Whether to save after `step`: every `every` steps or once `everyMinutes` have passed since the last save,
+   * whichever comes first; never the last step (the end saves it anyway), and `#writeCheckpoint` never saves a step
+   * twice.
+   */
+  #checkpointDue(step: number): boolean {
+    const { every, everyMinutes = 0 } = this.#o.checkpoint;
+    if (step >= this.#o.totalSteps) return false;
+    if (every > 0 && step % every === 0) return true;
+    return everyMinutes > 0 && this.#now() - this.#lastSaveAt >= everyMinutes * 60_000;
   }
 
   /** Writes the current step's checkpoint unless it exists; calls are serialised. */
@@ -162,6 +218,7 @@ export class RunLoop {
     await this.#o.runDir.sync(); // the metrics up to this step are on disk before the checkpoint that resumes after them
     await this.#o.saveCheckpoint(dir, this.#step);
     this.#lastCheckpoint = { step: this.#step, path: dir };
+    this.#lastSaveAt = this.#now();
     await this.#o.runDir.pruneCheckpoints(this.#o.checkpoint.keepLast);
   }
 

@@ -8,7 +8,7 @@ import { z } from "zod";
 import { InvalidArgumentError } from "../core/errors.js";
 import { makeTinyModel } from "../models/tiny.js";
 import type { WorkerClient } from "../workers/client.js";
-import { WorkerPool } from "../workers/pool.js";
+import { WorkerPool, type WorkerPoolOptions } from "../workers/pool.js";
 import type { LossConfigLike } from "../objectives/losses.js";
 import type { ParallelStrategy } from "../trainers/options.js";
 import type { ReferenceModel } from "../trainers/reference.js";
@@ -63,6 +63,12 @@ export function poolDevice(devices: readonly RunDevice[]): RunDevice {
 }
 
 /**
+ * Test-only, internal (not exported from the package): extra options for the pools runs start themselves, such as the
+ * fault-injection worker extension of test/ts/supervision.test.ts, which must reach the workers of every restart too.
+ */
+export const poolTestHooks: { options: Pick<WorkerPoolOptions, "extensions" | "env"> | undefined } = { options: undefined };
+
+/**
  * The workers of a run: `pool` when given, else `count` local workers on `device` (default the model's; each role
  * then loads its models on its own device, see {@link loadPolicy}).
  */
@@ -77,7 +83,7 @@ export async function openPool(
     if (pool.size < count) throw new InvalidArgumentError(`options.pool: the run needs ${count} workers, the pool has ${pool.size}`);
     return { pool, owned: false };
   }
-  const opened = await WorkerPool.local({ workers: count, device, ...(signal !== undefined ? { signal } : {}) });
+  const opened = await WorkerPool.local({ ...poolTestHooks.options, workers: count, device, ...(signal !== undefined ? { signal } : {}) });
   return { pool: opened, owned: true };
 }
 
@@ -114,6 +120,7 @@ interface TrainerFields {
   readonly schedule: z.output<typeof RunScheduleSchema>;
   readonly gradClip: number | null;
   readonly microBatchTokens: number | null;
+  readonly supervision: { readonly callWatchdogMs: number };
 }
 
 /** How the trainer ranks of a run train (the run config's `workers.trainer`). */
@@ -146,6 +153,8 @@ export function createPolicyTrainer(
     microBatchTokens: config.microBatchTokens,
     gradientCheckpointing: role.gradientCheckpointing,
     replace: true,
+    // 0 (off) is left out: the connection's own watchdog, if any, then applies
+    ...(config.supervision.callWatchdogMs > 0 ? { callWatchdogMs: config.supervision.callWatchdogMs } : {}),
   };
   if (ranks.length > 1) return Trainer.createGroup(ranks, { ...options, reference, parallel: { strategy: role.strategy } });
   const single = Array.isArray(reference) ? (reference as readonly ReferenceModel[])[0]! : (reference as ReferenceModel | null);

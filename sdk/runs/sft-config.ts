@@ -6,7 +6,7 @@ import { z } from "zod";
 import { FieldsSchema } from "../envs/data/fields.js";
 import { DigitSortOptionsSchema } from "../envs/tasks/digit-sort.js";
 import { SFTLossOptionsSchema } from "../objectives/index.js";
-import { CheckpointConfigSchema, checkLength, ModelConfigSchema, RunOptimizerSchema, RunScheduleSchema } from "./config-blocks.js";
+import { CheckpointConfigSchema, checkLength, ModelConfigSchema, RunOptimizerSchema, RunScheduleSchema, SupervisionConfigSchema } from "./config-blocks.js";
 
 const Files = z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]);
 
@@ -83,6 +83,8 @@ export const SFTTrainerConfigSchema = z
     microBatchTokens: z.number().int().min(1).nullable().default(null),
     eval: SFTEvalConfigSchema.prefault({}),
     checkpoint: CheckpointConfigSchema.prefault({}),
+    /** Restarts after a worker failure (default `{ maxRestarts: 3, backoffMs: 1000 }`). */
+    supervision: SupervisionConfigSchema.prefault({}),
     /** Seeds the data order and the tiny model (default 0). */
     seed: z.number().int().nonnegative().default(0),
     runDir: z.string().min(1),

@@ -15,6 +15,7 @@ import { Trainer } from "../trainers/trainer.js";
 import type { WorkerPool } from "../workers/pool.js";
 import { evaluateOnEnv } from "./evaluation.js";
 import type { EvalRecord, StepRecord } from "./records.js";
+import { restoreCheckpoint } from "./restore.js";
 import { RunBase } from "./run-base.js";
 import { RunDirectory } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
@@ -28,11 +29,20 @@ export const SFTTrainerOptionsSchema = RunOptionsSchema;
 /** Options of {@link SFTTrainer.create} besides the config (input form). */
 export type SFTTrainerOptions = RunOptions;
 
-const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "runDir"] as const;
+const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "runDir"] as const;
 
 type SftData = z.output<typeof SFTDataConfigSchema>;
 
+/** What `create` settles once and every build of the parts reads (the first one, and each after a restart). */
+interface Setup {
+  readonly config: SFTTrainerConfig;
+  readonly options: z.output<typeof SFTTrainerOptionsSchema>;
+  readonly runDir: RunDirectory;
+  readonly log: (line: string) => void;
+}
+
 interface Parts {
+  readonly setup: Setup;
   readonly config: SFTTrainerConfig;
   readonly runDir: RunDirectory;
   readonly pool: WorkerPool;
@@ -54,6 +64,59 @@ function heldOutData(config: SFTTrainerConfig): SftData | null {
 }
 
 /**
+ * Builds a run's parts on its worker: starts it (or takes `options.pool`), loads the policy, renders the examples,
+ * creates the trainer; `"resume"` restores the newest readable checkpoint and the data position, `"restart"` (after a
+ * worker failure) the same when there is one and starts from scratch when there is none; both drop the lines logged
+ * after it.
+ */
+async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart"): Promise<Parts> {
+  const { config: c, options: o, runDir, log } = s;
+  const { pool, owned } = await openPool(c.model, 1, o.pool, o.signal);
+  try {
+    const worker = pool.worker(0);
+    const path = await modelPath(c.model, runDir, c.seed, log);
+    await loadPolicy(worker, path, c.model);
+    const needsReference = c.loss.lossFunction === "minor_sft" || (c.loss.klToRefCoeff ?? 0) > 0;
+    const reference = needsReference ? await ReferenceModel.copyOf(worker, POLICY_MODEL, "ref") : null;
+    const train = await renderConversations(worker, POLICY_MODEL, await loadConversations(c.data, c.seed, "train"));
+    const held = heldOutData(c);
+    const evalExamples =
+      held === null ? null : await renderConversations(worker, POLICY_MODEL, await loadConversations(held, c.seed, "eval", c.eval.examples));
+    const totalSteps = runLength(c.steps, c.epochs, train.numel(), c.batchSize, "SFTTrainer config");
+    const trainer = await createPolicyTrainer(worker, c, new SFTLoss(c.loss), totalSteps, reference);
+    let startStep = 0;
+    let position: SFTPosition | undefined;
+    // a restart before the first checkpoint starts over (a resume with nothing to resume from refuses instead)
+    const restore = mode === "resume" || (mode === "restart" && (await runDir.checkpoints()).length > 0);
+    const latest = restore ? await restoreCheckpoint(runDir, trainer, log) : undefined;
+    if (latest !== undefined) {
+      const restored = latest.restored;
+      startStep = restored.step;
+      position = (restored.dataPosition as { data?: SFTPosition } | null)?.data;
+      log(`resumed ${runDir.path} at step ${String(startStep)} from ${latest.path}`);
+    }
+    if (mode !== "fresh") await runDir.truncateAfter(latest === undefined ? -1 : startStep);
+    const shuffle = c.data.type === "dataset" ? c.data.shuffle : true;
+    const batches = new SFTBatches(train, { batchSize: c.batchSize, seed: c.data.seed ?? c.seed, shuffle, position });
+    const evalEnv =
+      held?.type === "digit-sort"
+        ? new DigitSortEnv({
+            numDigits: held.numDigits,
+            heldOutFraction: held.heldOutFraction,
+            split: "eval",
+            seed: held.seed ?? c.seed,
+            batchSize: [c.eval.prompts],
+            ...(held.systemPrompt !== undefined ? { systemPrompt: held.systemPrompt } : {}),
+          })
+        : null;
+    return { setup: s, config: c, runDir, pool, ownsPool: owned, trainer, batches, evalExamples, evalEnv, totalSteps, startStep, log, signal: o.signal };
+  } catch (err) {
+    if (owned) await pool.close();
+    throw err;
+  }
+}
+
+/**
  * An SFT run from one zod-validated config (docs/trainers.md):
  *
  * ```ts
@@ -67,19 +130,30 @@ function heldOutData(config: SFTTrainerConfig): SftData | null {
  * ```
  *
  * `evaluate()` measures the held-out loss (and, for digit-sort, the greedy task reward). The run's face (`run`,
- * `train`, `summary`, `stop`, `evaluate`, `close`) is `TrainingRun` (written once in `RunBase`).
+ * `train`, `summary`, `stop`, `evaluate`, `close`) is `TrainingRun` (written once in `RunBase`). When the worker it
+ * started dies, the run restarts it from the last checkpoint (docs/trainers.md, "Supervision and restarts").
  */
 export class SFTTrainer extends RunBase<SFTTrainerConfig> {
-  readonly #parts: Parts;
-  readonly #evalPolicy: TransformersWrapper;
+  // built again after a restart (#install)
+  #parts!: Parts;
+  #partsClosed = false;
+  #evalPolicy!: TransformersWrapper;
 
   private constructor(parts: Parts) {
     super({
       ...parts,
       name: "SFTTrainer",
       evalLine: (e) => ({ eval_loss: e.loss, ...(e.rewardMean !== null ? { eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd } : {}) }),
+      userLog: parts.setup.options.log,
+      notRestartable: parts.setup.options.pool !== undefined ? "its worker is options.pool's: restart it, then resume" : undefined,
+      workers: () => [{ worker: this.#parts.trainer.worker, role: "trainer" }],
     });
+    this.#install(parts);
+  }
+
+  #install(parts: Parts): void {
     this.#parts = parts;
+    this.#partsClosed = false;
     this.#evalPolicy = new TransformersWrapper(parts.trainer.worker, {
       model: POLICY_MODEL,
       returnLogProbs: false,
@@ -95,56 +169,17 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
   static async create(config: SFTTrainerConfigInput, options: SFTTrainerOptions = {}): Promise<SFTTrainer> {
     const c = parseOptions(SFTTrainerConfigSchema, config, "SFTTrainer config");
     const o = parseOptions(SFTTrainerOptionsSchema, options, "SFTTrainer options");
-    const log = logger(o.log);
     const runDir = new RunDirectory(c.runDir);
     const resumable = await runDir.prepare(o.resume);
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS, SFTTrainerConfigSchema);
     await runDir.writeConfig(c);
-    const { pool, owned } = await openPool(c.model, 1, o.pool, o.signal);
-    try {
-      const worker = pool.worker(0);
-      const path = await modelPath(c.model, runDir, c.seed, log);
-      await loadPolicy(worker, path, c.model);
-      const needsReference = c.loss.lossFunction === "minor_sft" || (c.loss.klToRefCoeff ?? 0) > 0;
-      const reference = needsReference ? await ReferenceModel.copyOf(worker, POLICY_MODEL, "ref") : null;
-      const train = await renderConversations(worker, POLICY_MODEL, await loadConversations(c.data, c.seed, "train"));
-      const held = heldOutData(c);
-      const evalExamples =
-        held === null ? null : await renderConversations(worker, POLICY_MODEL, await loadConversations(held, c.seed, "eval", c.eval.examples));
-      const totalSteps = runLength(c.steps, c.epochs, train.numel(), c.batchSize, "SFTTrainer config");
-      const trainer = await createPolicyTrainer(worker, c, new SFTLoss(c.loss), totalSteps, reference);
-      let startStep = 0;
-      let position: SFTPosition | undefined;
-      const latest = resumable ? await runDir.latestCheckpoint() : undefined;
-      if (latest !== undefined) {
-        const restored = await trainer.loadCheckpoint(latest.path);
-        startStep = restored.step;
-        position = (restored.dataPosition as { data?: SFTPosition } | null)?.data;
-        log(`resumed ${runDir.path} at step ${String(startStep)} from ${latest.path}`);
-      }
-      if (resumable) await runDir.truncateAfter(latest === undefined ? -1 : startStep);
-      const shuffle = c.data.type === "dataset" ? c.data.shuffle : true;
-      const batches = new SFTBatches(train, { batchSize: c.batchSize, seed: c.data.seed ?? c.seed, shuffle, position });
-      const evalEnv =
-        held?.type === "digit-sort"
-          ? new DigitSortEnv({
-              numDigits: held.numDigits,
-              heldOutFraction: held.heldOutFraction,
-              split: "eval",
-              seed: held.seed ?? c.seed,
-              batchSize: [c.eval.prompts],
-              ...(held.systemPrompt !== undefined ? { systemPrompt: held.systemPrompt } : {}),
-            })
-          : null;
-      return new SFTTrainer({ config: c, runDir, pool, ownsPool: owned, trainer, batches, evalExamples, evalEnv, totalSteps, startStep, log, signal: o.signal });
-    } catch (err) {
-      if (owned) await pool.close();
-      throw err;
-    }
+    return new SFTTrainer(await buildParts({ config: c, options: o, runDir, log: logger(o.log) }, resumable ? "resume" : "fresh"));
   }
 
   /** Stops the worker it started (or drops its trainer and model from `pool`). */
   protected override async closeParts(): Promise<void> {
+    if (this.#partsClosed) return;
+    this.#partsClosed = true;
     const p = this.#parts;
     await p.evalEnv?.close();
     if (p.ownsPool) {
@@ -153,6 +188,17 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     }
     await p.trainer.close().catch(() => undefined);
     for (const name of [POLICY_MODEL, "ref"]) await p.trainer.worker.unloadModel(name).catch(() => undefined);
+  }
+
+  /** After a worker failure: closes everything (the dead worker too) and builds it again from the last checkpoint. */
+  protected override async rebuildParts(): Promise<{ trainer: Trainer; startStep: number }> {
+    const p = this.#parts;
+    await this.closeParts().catch(async () => {
+      if (p.ownsPool) await p.pool.close();
+    });
+    const parts = await buildParts(p.setup, "restart");
+    this.#install(parts);
+    return { trainer: parts.trainer, startStep: parts.startStep };
   }
 
   /** One optimizer step on the next batch of examples. */

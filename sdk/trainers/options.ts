@@ -116,6 +116,14 @@ export const TrainerOptionsSchema = z.strictObject({
   gradientCheckpointing: z.boolean().default(false),
   /** Replace a trainer already bound to `model` in that worker (default false: `TRAINER_EXISTS`). */
   replace: z.boolean().default(false),
+  /**
+   * Per-call watchdog of every call the trainer makes, in ms (`RequestOptions.watchdogMs`): a step, save or load
+   * still unanswered after this long means the worker's compute thread is hung, so the connection fails with
+   * `WorkerHungError` and the worker is killed (a supervisor restarts it). Set it well above the slowest step,
+   * checkpoint save and load. `0` turns it off; left out, the connection's `watchdogMs` applies (default off).
+   * A call's own `watchdogMs` wins over it.
+   */
+  callWatchdogMs: z.number().int().min(0).optional(),
 });
 
 /** Options of `Trainer.create` (input form: defaults may be left out). */

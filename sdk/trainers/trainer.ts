@@ -98,9 +98,10 @@ export class Trainer {
    */
   static async create(worker: WorkerClient, options: TrainerOptions, requestOptions: RequestOptions = {}): Promise<Trainer> {
     const resolved = parseOptions(TrainerOptionsSchema, options, "Trainer options");
+    const callOptions = withWatchdog(requestOptions, resolved.callWatchdogMs);
     const reference = resolved.reference;
     const args = createArgs(resolved, reference !== null && reference.worker === worker ? reference.model : null, null);
-    const { result } = await worker.invoke("trainer_create", args, [], requestOptions);
+    const { result } = await worker.invoke("trainer_create", args, [], callOptions);
     return new Trainer([worker], resolved, result.needs, null);
   }
 
@@ -126,25 +127,26 @@ export class Trainer {
     const { parallel, reference, ...rest } = parseOptions(TrainerGroupOptionsSchema, options, "Trainer.createGroup options");
     const perRank = perRankReferences(reference, ranks);
     const resolved: ResolvedTrainerOptions = { ...rest, reference: perRank?.[0] ?? (reference as ReferenceModel | null) };
-    const backend = parallel.backend ?? (await backendOf(ranks[0]!, resolved.model, requestOptions));
+    const callOptions = withWatchdog(requestOptions, resolved.callWatchdogMs);
+    const backend = parallel.backend ?? (await backendOf(ranks[0]!, resolved.model, callOptions));
     const initMethod = parallel.initMethod ?? `tcp://127.0.0.1:${String(await freePort())}`;
     const group: ResolvedParallelOptions = { ...parallel, backend, initMethod };
 
     const joined = await settle(
       ranks.map((w, rank) =>
-        w.invoke("dist_init", { backend, initMethod, rank, worldSize: ranks.length, timeoutMs: parallel.timeoutMs }, [], requestOptions),
+        w.invoke("dist_init", { backend, initMethod, rank, worldSize: ranks.length, timeoutMs: parallel.timeoutMs }, [], callOptions),
       ),
     );
     if (joined.error !== undefined) {
-      await leave(ranks.filter((_, i) => joined.ok[i]), requestOptions);
+      await leave(ranks.filter((_, i) => joined.ok[i]), callOptions);
       throw joined.error;
     }
     const created = await settle(
-      ranks.map((w, rank) => w.invoke("trainer_create", createArgs(resolved, perRank?.[rank]!.model ?? null, parallel.strategy), [], requestOptions)),
+      ranks.map((w, rank) => w.invoke("trainer_create", createArgs(resolved, perRank?.[rank]!.model ?? null, parallel.strategy), [], callOptions)),
     );
     if (created.error !== undefined) {
-      await settle(ranks.filter((_, i) => created.ok[i]).map((w) => w.invoke("trainer_close", { model: resolved.model }, [], requestOptions)));
-      await leave(ranks, requestOptions);
+      await settle(ranks.filter((_, i) => created.ok[i]).map((w) => w.invoke("trainer_close", { model: resolved.model }, [], callOptions)));
+      await leave(ranks, callOptions);
       throw created.error;
     }
     return new Trainer(ranks, resolved, created.values[0]!.result.needs, group);
@@ -160,8 +162,9 @@ export class Trainer {
    * that rank's error is the one thrown.
    */
   async step(batch: TensorDict, requestOptions: RequestOptions = {}): Promise<TrainStepResult> {
-    const payloads = await this.payloads(batch, "step", requestOptions);
-    return (await this.onRanks((w, i) => w.invoke("train_step", { model: this.model }, [payloads[i]!], requestOptions))).result;
+    const callOptions = withWatchdog(requestOptions, this.options.callWatchdogMs);
+    const payloads = await this.payloads(batch, "step", callOptions);
+    return (await this.onRanks((w, i) => w.invoke("train_step", { model: this.model }, [payloads[i]!], callOptions))).result;
   }
 
   /**
@@ -169,13 +172,15 @@ export class Trainer {
    * split over the ranks as in {@link step}.
    */
   async computeLoss(batch: TensorDict, requestOptions: RequestOptions = {}): Promise<LossResult> {
-    const payloads = await this.payloads(batch, "computeLoss", requestOptions);
-    return (await this.onRanks((w, i) => w.invoke("compute_loss", { model: this.model }, [payloads[i]!], requestOptions))).result;
+    const callOptions = withWatchdog(requestOptions, this.options.callWatchdogMs);
+    const payloads = await this.payloads(batch, "computeLoss", callOptions);
+    return (await this.onRanks((w, i) => w.invoke("compute_loss", { model: this.model }, [payloads[i]!], callOptions))).result;
   }
 
   /** Step count, policy version, learning rate, last metrics and the configs, as the worker (rank 0) holds them. */
   async state(requestOptions: RequestOptions = {}): Promise<TrainerState> {
-    return (await this.worker.invoke("trainer_state", { model: this.model }, [], requestOptions)).result;
+    const callOptions = withWatchdog(requestOptions, this.options.callWatchdogMs);
+    return (await this.worker.invoke("trainer_state", { model: this.model }, [], callOptions)).result;
   }
 
   /**
@@ -186,9 +191,10 @@ export class Trainer {
    * group of any size.
    */
   async saveCheckpoint(dir: string, options: SaveCheckpointOptions = {}, requestOptions: RequestOptions = {}): Promise<CheckpointInfo> {
+    const callOptions = withWatchdog(requestOptions, this.options.callWatchdogMs);
     const path = parseOptions(z.string().min(1), dir, "saveCheckpoint dir");
     const args = { model: this.model, dir: path, dataPosition: options.dataPosition ?? null };
-    return (await this.onRanks((w) => w.invoke("save_checkpoint", args, [], requestOptions, "saveCheckpoint options"))).result;
+    return (await this.onRanks((w) => w.invoke("save_checkpoint", args, [], callOptions, "saveCheckpoint options"))).result;
   }
 
   /**
@@ -197,8 +203,9 @@ export class Trainer {
    * next step then equals the one the saving run took.
    */
   async loadCheckpoint(dir: string, requestOptions: RequestOptions = {}): Promise<RestoredState> {
+    const callOptions = withWatchdog(requestOptions, this.options.callWatchdogMs);
     const path = parseOptions(z.string().min(1), dir, "loadCheckpoint dir");
-    return (await this.onRanks((w) => w.invoke("load_checkpoint", { model: this.model, dir: path }, [], requestOptions))).result;
+    return (await this.onRanks((w) => w.invoke("load_checkpoint", { model: this.model, dir: path }, [], callOptions))).result;
   }
 
   /**
@@ -206,8 +213,9 @@ export class Trainer {
    * process group on every rank (`dist_close`), so the workers may join another.
    */
   async close(requestOptions: RequestOptions = {}): Promise<void> {
-    const closed = await settle(this.workers.map((w) => w.invoke("trainer_close", { model: this.model }, [], requestOptions)));
-    if (this.parallel !== null) await leave(this.workers, requestOptions);
+    const callOptions = withWatchdog(requestOptions, this.options.callWatchdogMs);
+    const closed = await settle(this.workers.map((w) => w.invoke("trainer_close", { model: this.model }, [], callOptions)));
+    if (this.parallel !== null) await leave(this.workers, callOptions);
     if (closed.error !== undefined) throw closed.error;
   }
 
@@ -231,6 +239,13 @@ export class Trainer {
     const shards = this.worldSize === 1 ? [td] : shardBatch(td, this.worldSize, where);
     return shards.map((shard) => ({ kind: "tensordict", data: shard.toArrow() }));
   }
+}
+
+/** `requestOptions` with the trainer's `callWatchdogMs`, unless the call sets a watchdog of its own. */
+function withWatchdog(requestOptions: RequestOptions, callWatchdogMs: number | undefined): RequestOptions {
+  return callWatchdogMs === undefined || requestOptions.watchdogMs !== undefined
+    ? requestOptions
+    : { ...requestOptions, watchdogMs: callWatchdogMs };
 }
 
 /** The `trainer_create` arguments of resolved options. */

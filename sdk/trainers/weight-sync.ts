@@ -137,9 +137,13 @@ export class SharedWeightSyncScheme implements WeightSyncScheme {
 export const ZMQWeightSyncOptionsSchema = z.strictObject({
   /** Largest bucket of tensors in one message, in bytes (a bigger tensor travels alone). Default 64 MiB. */
   bucketBytes: z.number().int().min(1).default(64 * 2 ** 20),
-  /** `"ipc"` (default: workers on one machine) or `"tcp"` (the generator binds `host` on an ephemeral port). */
+  /**
+   * `"ipc"` (default: workers on one machine) or `"tcp"` (the generator binds `host` on an ephemeral port). tcp is
+   * ZeroMQ CURVE with the keys of the workers' pool, so source and targets must come from one pool (docs/workers.md,
+   * "Security"); a worker started by hand with `--insecure` transfers over loopback tcp only.
+   */
   transport: z.enum(["ipc", "tcp"]).default("ipc"),
-  /** Interface the generator binds for tcp (default `"127.0.0.1"`). */
+  /** Interface the generator binds for tcp (default `"127.0.0.1"`; another address only with the pool's keys). */
   host: z.string().min(1).default("127.0.0.1"),
   /** How long either side waits for the other, in ms. Default 120 000. */
   timeoutMs: z.number().int().min(1).default(120_000),

@@ -23,6 +23,16 @@ export interface MethodReply<M extends WorkerMethodName> {
 /**
  * The typed client of one worker: each worker method as an async function taking and returning
  * TensorDicts. Obtain it from `WorkerPool.local(...)`; the transport underneath is `connection`.
+ *
+ * Every call takes `RequestOptions` last: `timeoutMs` (give up on this call), `signal` (cancel it) and `watchdogMs`
+ * (a call unanswered that long means the worker is hung: the connection fails with `WorkerHungError` and the worker
+ * is killed; the pool's `watchdogMs` is the default). Requests the worker would refuse are refused here first:
+ * `args` nested too deep (`InvalidArgumentError`), payloads over the worker's `maxPayloadBytes`
+ * (`PayloadTooLargeError`).
+ *
+ * ```ts
+ * const out = await worker.generate("policy", prompts, { maxNewTokens: 32 }, { watchdogMs: 5 * 60_000 });
+ * ```
  */
 export class WorkerClient {
   constructor(

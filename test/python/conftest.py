@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zmq
 from posttrain_worker.models import make_tiny_model
 from worker_harness import Client, policy_client, worker_client
 
@@ -38,3 +39,11 @@ def bare_client() -> Iterator[Client]:
     """A worker with no model loaded, and a client to it."""
     with worker_client() as (c, _):
         yield c
+
+
+@pytest.fixture(scope="module")
+def zctx() -> Iterator[zmq.Context]:
+    """A ZeroMQ context for a module's raw clients, destroyed (linger 0) after the module."""
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)

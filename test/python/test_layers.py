@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[int, str, str], ...] = (
     (0, "errors", "base"),  # WorkerFailure, the shared codes, render()
     (0, "sandbox", "base"),  # the tool sandbox's driver runs alone: imports nothing of the package
     (1, "validation", "base"),  # FieldReader: method arguments, config sections, loss configs
+    (1, "curve", "base"),  # CURVE keys and the ZAP handler: the server's tcp socket and weight transfers
     (2, "codec", "base"),  # Arrow <-> torch, raw tensor frames, payload keys
     (3, "protocol", "rpc"),  # the envelope, protocol error codes
     (4, "server", "rpc"),  # sockets, the receive loop, the method registry

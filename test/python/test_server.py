@@ -42,13 +42,6 @@ MAX_PAYLOAD = 256 * 1024
 
 
 @pytest.fixture(scope="module")
-def zctx() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
-@pytest.fixture(scope="module")
 def worker(zctx: zmq.Context) -> Iterator[Worker]:
     w = start_worker(None, "--max-payload-bytes", str(MAX_PAYLOAD), extensions=[DIAGNOSTICS])
     yield w
@@ -533,7 +526,10 @@ def test_internal_error_has_type_and_traceback(zctx: zmq.Context) -> None:
     registry.add("ping", lambda _c, _a: {}, thread="io")
     directory = tempfile.mkdtemp(prefix="ptw-", dir="/tmp")
     server = WorkerServer(
-        ServerConfig(endpoint=f"ipc://{directory}/inproc.sock", announce=False, watch_stdin=False), registry
+        ServerConfig(
+            endpoint=f"ipc://{directory}/inproc.sock", announce=False, watch_stdin=False, insecure=True
+        ),
+        registry,
     )
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(server.run()), daemon=True)

@@ -25,6 +25,7 @@ from posttrain_worker import PROTOCOL_VERSION
 from posttrain_worker.codec import Ragged, TensorBatch, decode_batch, encode_batch
 
 DIAGNOSTICS = Path(__file__).parent / "extensions" / "diagnostics.py"
+LIVENESS = Path(__file__).parent / "extensions" / "liveness.py"
 """The test-only worker extension serving ``row_sums`` and ``compute_for``."""
 
 READY_RE = re.compile(r'^POSTTRAIN_READY \{"endpoint": "([^"]+)", "pid": (\d+), "protocolVersion": (\d+)\}$')
@@ -71,7 +72,8 @@ def start_worker(
     directory = Path(tempfile.mkdtemp(prefix="ptw-", dir="/tmp"))
     endpoint = endpoint or f"ipc://{directory}/worker-0.sock"
     stderr_path = directory / "stderr.log"
-    flags = [*extra, *(arg for path in extensions for arg in ("--extension", str(path)))]
+    # --insecure: these tests speak to the worker raw, without a pool secret (test_auth.py covers it)
+    flags = ["--insecure", *extra, *(arg for path in extensions for arg in ("--extension", str(path)))]
     with stderr_path.open("wb") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "posttrain_worker", "--endpoint", endpoint, "--worker-id", "3", *flags],

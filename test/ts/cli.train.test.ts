@@ -1,7 +1,9 @@
 // Real `posttrain sft` / `posttrain grpo` runs in child processes (tiny model, digit-sort, a local CPU worker, real
 // ZeroMQ and torch), with the example configs of examples/configs and flag overrides: the plain progress lines
 // (stdout is a pipe), the run directory, Ctrl-C sent to the process group as a terminal does (exit 130 with a
-// checkpoint), a second Ctrl-C, and --resume continuing the curve from the next step.
+// checkpoint), SIGTERM sent to the process as docker stop does (exit 143 with a checkpoint), a second signal,
+// --resume continuing the curve from the next step, a failed run's resume command (run by a real shell), and a
+// resume with nothing to resume refused.
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -241,16 +243,84 @@ describe("posttrain sft and grpo: real runs (in order: the later ones start from
     expect(metrics.map((m) => m.policy_version)).toEqual(Array.from({ length: end }, (_, i) => (i < stoppedAt ? i + 1 : i + 2)));
   });
 
-  it("a second Ctrl-C exits at once with code 130", { timeout: 240_000 }, async () => {
+  it("a second signal exits at once with its own code: Ctrl-C then SIGTERM gives 143", { timeout: 240_000 }, async () => {
     const runDir = join(dir, "twice");
     const cli = new Cli(["grpo", "--config", GRPO_CONFIG, "--steps", "1000", "--run-dir", runDir, "--set", `model.path=${join(dir, "sft", "checkpoints", "step-3")}`, "--set", "eval.every=0"]);
     await cli.waitFor(/^step 1\/1000 /);
     cli.signalGroup("SIGINT");
     await cli.waitFor(/^Ctrl-C: finishing the current step/);
-    cli.signalGroup("SIGINT");
+    cli.signalGroup("SIGTERM");
     const run = await cli.done;
-    expect(run.code).toBe(130);
-    expect(run.stderr).toContain("posttrain: second Ctrl-C, exiting now without waiting for the step");
+    expect(run.code).toBe(143);
+    expect(run.stderr).toContain("posttrain: second SIGTERM, exiting now without waiting for the step");
     expect(run.stdout).not.toMatch(/^interrupted at step/m);
+  });
+
+  it("SIGTERM (as docker stop sends it) finishes the step, saves a checkpoint and the report, exits 143; --resume continues from it", { timeout: 300_000 }, async () => {
+    const runDir = join(dir, "terminated");
+    const model = join(dir, "sft", "checkpoints", "step-3");
+    const cli = new Cli(["grpo", "--config", GRPO_CONFIG, "--steps", "1000", "--run-dir", runDir, "--set", `model.path=${model}`, "--set", "promptsPerStep=4", "--set", "eval.every=0"]);
+    await cli.waitFor(/^step 2\/1000 /);
+    cli.child.kill("SIGTERM"); // to the posttrain process alone, as docker stop and Kubernetes do
+    const run = await cli.done;
+    expect(run.code, run.stderr).toBe(143);
+    expect(run.stderr).toBe("");
+    const [, stopLine] = expectLines(run.stdout, [
+      /^SIGTERM: finishing the current step, then saving a checkpoint and the report \(a second signal to quit at once\)$/,
+      new RegExp(`^interrupted at step \\d+: checkpoint ${runDir}/checkpoints/step-\\d+; report ${runDir}/report.html$`),
+      new RegExp(`^resume with: posttrain grpo --resume --run-dir ${runDir}$`),
+    ]);
+    const stoppedAt = Number(/^interrupted at step (\d+)/.exec(stopLine!)?.[1]);
+    expect(stoppedAt).toBeGreaterThanOrEqual(2);
+    // the checkpoint is the last finished step's, and metrics.jsonl ends there
+    const state = JSON.parse(readFileSync(join(runDir, "checkpoints", `step-${String(stoppedAt)}`, "trainer_state.json"), "utf8")) as { step: number };
+    expect(state.step).toBe(stoppedAt);
+    expect(readJsonLines(join(runDir, "metrics.jsonl")).map((m) => m.step)).toEqual(Array.from({ length: stoppedAt }, (_, i) => i + 1));
+    expect(existsSync(join(runDir, "report.html"))).toBe(true);
+
+    const resumed = await posttrain("grpo", "--resume", "--run-dir", runDir, "--steps", String(stoppedAt + 1));
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expectLines(resumed.stdout, [
+      new RegExp(`^resumed ${runDir} at step ${String(stoppedAt)} from ${runDir}/checkpoints/step-${String(stoppedAt)}$`),
+      new RegExp(`^step ${String(stoppedAt + 1)}/${String(stoppedAt + 1)} reward=`),
+    ]);
+    expect(readJsonLines(join(runDir, "metrics.jsonl")).map((m) => m.step)).toEqual(Array.from({ length: stoppedAt + 1 }, (_, i) => i + 1));
+  });
+
+  it("a failed run prints on stderr the exact command that resumes it, quoted for a shell, and a shell runs it", { timeout: 300_000 }, async () => {
+    // lr 1e30 makes the weights overflow after step 1, so step 2's loss is not finite (NON_FINITE_LOSS): a real failure
+    const runDir = join(dir, "failed run"); // a space, so the printed command must quote it
+    const args = ["sft", "--config", SFT_CONFIG, "--steps", "50", "--run-dir", runDir, "--set", "optimizer.lr=1e30", "--set", "checkpoint.every=1", "--set", "eval.every=0"];
+    const run = await posttrain(...args);
+    expect(run.code).toBe(1);
+    const resumeLine = `resume with: posttrain ${args.slice(0, 6).join(" ")} '${runDir}' ${args.slice(7).join(" ")} --resume`;
+    expect(run.stderr).toMatch(/^posttrain: NON_FINITE_LOSS: train_step: step 2: /);
+    expect(run.stderr.trimEnd().split("\n").at(-1)).toBe(resumeLine);
+    expect(existsSync(join(runDir, "checkpoints", "step-1", "trainer_state.json"))).toBe(true);
+
+    // the printed line, run by a real shell (posttrain being this checkout's CLI): it resumes from step 1, and fails
+    // again at step 2 the same way, printing the same line (--resume is not added twice)
+    const command = resumeLine.slice("resume with: ".length);
+    const shell = spawn("sh", ["-c", `posttrain() { "${process.execPath}" --import tsx "${CLI}" "$@"; }; ${command}`], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+    running.add(shell);
+    let stdout = "";
+    let stderr = "";
+    shell.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+    shell.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    const code = await new Promise<number | null>((done) => shell.once("close", (c) => {
+      done(c);
+    }));
+    running.delete(shell);
+    expect(code, stderr).toBe(1);
+    expect(stdout).toContain(`resumed ${runDir} at step 1 from ${runDir}/checkpoints/step-1`);
+    expect(stderr).toContain("NON_FINITE_LOSS: train_step: step 2: ");
+    expect(stderr.trimEnd().split("\n").at(-1)).toBe(resumeLine);
+  });
+
+  it("a resume with no checkpoint refuses (exit 2) and prints no resume command", { timeout: 120_000 }, async () => {
+    const runDir = join(dir, "never-ran");
+    const run = await posttrain("sft", "--config", SFT_CONFIG, "--run-dir", runDir, "--resume");
+    expect(run.code).toBe(2);
+    expect(run.stderr).toBe(`posttrain: cannot resume runDir ${JSON.stringify(runDir)}: it holds no run (no config.yaml); to start over, run without resume (--resume), or check the runDir\n`);
   });
 });

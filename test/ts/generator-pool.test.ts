@@ -1,10 +1,11 @@
 // GeneratorPool with fake generators (TypeScript policies that answer after a delay or when released, standing in for
 // generator workers): chunks of whole groups pulled by free generators (a slow fake samples fewer chunks within one
 // call; a fake busy with another call joins when free), a seed per chunk whatever fake samples it, rows back in their
-// order and stamped with their fake, the one-generator path unchanged, failures, aborts, counters and bad options.
+// order and stamped with their fake, the one-generator path unchanged, failures, a generator whose worker died dropped
+// and its chunk retried on another, aborts, counters and bad options.
 import { describe, expect, it } from "vitest";
 import { stepSeed } from "../../sdk/collectors/generator-pool.js";
-import { GENERATOR_KEY, GeneratorPool, InvalidArgumentError, RequestAbortedError, Tensor, TensorDict, type ForwardOptions, type Policy } from "../../sdk/index.js";
+import { GENERATOR_KEY, GeneratorPool, InvalidArgumentError, RequestAbortedError, Tensor, TensorDict, WorkerDiedError, type ForwardOptions, type Policy } from "../../sdk/index.js";
 
 /** `n` rows whose `"id"` is the row number (from `first`). */
 function batch(n: number, first = 0): TensorDict {
@@ -222,6 +223,34 @@ describe("GeneratorPool", () => {
 
     const wrong = new GeneratorPool([fakeGenerator().policy, (td: TensorDict) => td.index({ start: 0, stop: 1 })], { groupSize: 2 });
     await expect(wrong.forward(batch(4))).rejects.toThrow(/generator 1 answered batch size \[1\] for 2 rows/);
+  });
+
+  it("drops a generator whose worker died: its chunk goes, with its seed, to a live one; the last one standing rejects", async () => {
+    const died = new WorkerDiedError("worker 1", null, "SIGKILL", "");
+    const fakes = [fakeGenerator({ delayMs: 5 }), fakeGenerator({ fail: died }), fakeGenerator({ delayMs: 5 })];
+    const lost: [number, unknown][] = [];
+    const pool = new GeneratorPool(
+      fakes.map((f) => f.policy),
+      { chunkGroups: 1, onGeneratorLost: (i, error) => lost.push([i, error]) },
+    );
+    const out = await pool.forward(batch(6), { seed: 9 });
+    expect(ids(out)).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(out.getTensor("seed").toNumbers()).toEqual([0, 1, 2, 3, 4, 5].map((j) => stepSeed(9, j)));
+    // generator 1 got chunk 1 first and died: chunk 1 was sampled again elsewhere, and nothing more went to it
+    expect(stamps(out)[1]).not.toBe(1);
+    expect(stamps(out).filter((s) => s === 1)).toEqual([]);
+    expect(fakes[1]!.seen.map((s) => s.ids)).toEqual([[1]]);
+    expect(lost).toEqual([[1, died]]);
+    expect(pool.lost).toEqual([1]);
+    const later = await pool.forward(batch(4));
+    expect(new Set(stamps(later))).toEqual(new Set([0, 2]));
+
+    // another kind of error is not retried; nor is the loss of the last live generator
+    const other = new GeneratorPool([fakeGenerator({ fail: new Error("bad input") }).policy, fakeGenerator({ delayMs: 5 }).policy], { chunkGroups: 1 });
+    await expect(other.forward(batch(4))).rejects.toThrow("bad input");
+    const alone = new GeneratorPool([fakeGenerator({ fail: died }).policy, fakeGenerator({ fail: died, delayMs: 1 }).policy], { chunkGroups: 1 });
+    await expect(alone.forward(batch(4))).rejects.toBe(died);
+    expect(alone.lost).toHaveLength(1);
   });
 
   it("an aborted call sends none of its chunks left", async () => {

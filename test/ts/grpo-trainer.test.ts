@@ -289,7 +289,8 @@ describe("GRPOTrainerConfigSchema", () => {
     expect(c).toMatchObject({ groupSize: 8, promptsPerStep: 8, maxNewTokens: 64, klToRefCoeff: 0, gradClip: 1, seed: 0 });
     expect(c.optimizer).toEqual({ type: "adamw", lr: 1e-5 });
     expect(c.eval).toEqual({ every: 0, prompts: 64, greedy: true });
-    expect(c.checkpoint).toEqual({ every: 0, keepLast: 2 });
+    expect(c.supervision).toEqual({ maxRestarts: 3, backoffMs: 1000, maxBackoffMs: 30_000, healthySteps: 20, callWatchdogMs: 0 });
+    expect(c.checkpoint).toEqual({ every: 100, everyMinutes: 10, keepLast: 2 });
     expect(lossOf(c).toWire()).toMatchObject({ type: "grpo", clipEpsilon: [0.2, 0.2], klToRefCoeff: null });
     const wire = (loss: Record<string, unknown>, klToRefCoeff = 0.04) => lossOf(GRPOTrainerConfigSchema.parse({ ...base, loss, klToRefCoeff })).toWire();
     expect(wire({ variant: "dapo" })).toMatchObject({ type: "grpo", clipEpsilon: [0.2, 0.28], dualClip: 3, klToRefCoeff: 0.04 });

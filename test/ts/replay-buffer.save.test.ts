@@ -78,7 +78,8 @@ describe("ReplayBuffer save/load", () => {
     for (let p = 0; p < 6; p++) expect(backSampler.weightOf(p)).toBe(sampler.weightOf(p));
     expect(backSampler.defaultPriority).toBe(5);
     expect(back.writeCount).toBe(rb.writeCount);
-    expect(restored.stats).toEqual({ ...advantage.stats, queuedGroups: 0, queuedTrajectories: 0, maxQueuedTrajectoriesPerGroup: 0 });
+    expect(restored.stats).toEqual(advantage.stats); // the counters and the held-back trajectories (one per prompt)
+    expect(restored.stats.queuedTrajectories).toBe(2);
     // The generator continues where it was: the next samples are the same.
     expect(snapshot(back.sample())).toEqual(snapshot(rb.sample()));
     // And the writer continues at the same cursor.
@@ -87,6 +88,31 @@ describe("ReplayBuffer save/load", () => {
       expect(Array.from(back.add(row))).toEqual(Array.from(rb.add(row)));
     }
     expect(back.length).toBe(9);
+    expect(stored(back)).toEqual(stored(rb));
+  });
+
+  it("saves the rows MCAdvantage holds back: after load, the incomplete groups complete as they would have", async () => {
+    const advantage = new MCAdvantage({ groupSize: 3 });
+    const rb = new ReplayBuffer({ storage: new LazyStackStorage({ maxSize: 32 }), transforms: [advantage] });
+    rb.extend(steps(4, 0)); // p0: rows 0, 2; p1: rows 1, 3
+    expect(rb.length).toBe(0);
+    const path = join(dir, "held.arrow");
+    await rb.save(path);
+    expect(await ReplayBuffer.load(path)).toHaveProperty("length", 0); // without the transform its rows are not loaded
+    const restored = new MCAdvantage({ groupSize: 3 });
+    const back = await ReplayBuffer.load(path, { transforms: [restored] });
+    expect(restored.stats).toEqual(advantage.stats);
+    expect(restored.heldBack().map((t) => snapshot(t))).toEqual(advantage.heldBack().map((t) => snapshot(t)));
+    // trajectories that would complete a group are not held-back ones
+    expect(() => {
+      new MCAdvantage({ groupSize: 2 }).restoreHeldBack(advantage.heldBack());
+    }).toThrow(/restoreHeldBack: trajectories: 2 for one group complete it \(groupSize 2\)/);
+    for (const row of stepRows(2, 4)) {
+      row.del("tokens");
+      back.add(row);
+      rb.add(row);
+    }
+    expect(back.length).toBe(6); // both groups complete with the saved rows, the same advantages
     expect(stored(back)).toEqual(stored(rb));
   });
 

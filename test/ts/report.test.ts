@@ -174,6 +174,46 @@ describe("writeReport", () => {
     }
   });
 
+  it("shows the restarts and worker failures of events.jsonl as a table, escaped, and none for a run without events", async () => {
+    const sub = join(dir, "restarts");
+    await mkdir(sub);
+    await writeFile(join(sub, "metrics.jsonl"), [1, 2, 3].map((s) => JSON.stringify({ step: s, loss: 1 / s })).join("\n") + "\n");
+    const event = (over: Record<string, unknown>): string =>
+      JSON.stringify({
+        time: "2026-01-02T03:04:05.000Z",
+        kind: "restart",
+        step: 3,
+        worker: "worker 0",
+        role: "trainer",
+        cause: "WORKER_DIED",
+        exitCode: null,
+        signal: "SIGKILL",
+        stderrTail: "Killed",
+        message: "worker 0 was killed by SIGKILL",
+        attempt: 1,
+        backoffMs: 1000,
+        resumeStep: 2,
+        ...over,
+      });
+    const lines = [
+      event({}),
+      event({ kind: "generator_failure", step: 5, worker: "worker <2>", role: "generator", signal: null, exitCode: 137, attempt: null, backoffMs: null, resumeStep: null }),
+      JSON.stringify({ note: "not an event" }),
+    ];
+    await writeFile(join(sub, "events.jsonl"), lines.join("\n") + "\n");
+    const html = await readFile(await writeReport(sub), "utf8");
+    expect(html).toContain("<h2>Restarts and worker failures</h2>");
+    expect(html).toContain("1 restart(s)");
+    expect(html).toContain(
+      "<tr><td>2026-01-02T03:04:05.000Z</td><td>3</td><td>worker 0 (trainer)</td><td>WORKER_DIED (SIGKILL)</td><td>1</td><td>restart from step 2</td></tr>",
+    );
+    expect(html).toContain("<td>worker &#60;2&#62; (generator)</td><td>WORKER_DIED (exit 137)</td><td>-</td><td>generator_failure</td>");
+    expect(html.match(/<tr><td>2026/g)).toHaveLength(2);
+
+    const none = await readFile(await writeReport(dir), "utf8");
+    expect(none).not.toContain("Restarts and worker failures");
+  });
+
   it("fails with a typed error when the directory has no metrics", async () => {
     const empty = await mkdtemp(join(tmpdir(), "posttrain-report-empty-"));
     await expect(writeReport(empty)).rejects.toSatisfy((e: unknown) => e instanceof ReportError && e.code === "REPORT_FAILED");

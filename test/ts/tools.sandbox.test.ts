@@ -1,6 +1,6 @@
 // The Python sandbox with real child interpreters: output capture, exceptions, the wall-clock timeout, crashes,
 // the OS limits (memory, CPU, file size), truncation, isolation (environment, cwd, network) and the persistent mode.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError, RequestAbortedError } from "../../sdk/index.js";
@@ -8,16 +8,6 @@ import { PythonSandbox, SandboxClosedError, SandboxStartError, SandboxUnavailabl
 
 const support = await sandboxSupport();
 const MiB = 1024 * 1024;
-
-/** Whether `pid` is a live (not zombie) process, from /proc. */
-function isRunning(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-  } catch {
-    return false;
-  }
-}
 
 describe("PythonSandbox (one-shot)", () => {
   const sandbox = new PythonSandbox({ timeoutMs: 5_000 });
@@ -55,7 +45,8 @@ describe("PythonSandbox (one-shot)", () => {
     expect(two.stderr).toContain("SystemExit: 2");
   });
 
-  it("kills a block that runs past the timeout, with every process it started", async () => {
+  // That every process it started dies too (setsid daemons included) is in tools.sandbox-isolation.test.ts.
+  it("kills a block that runs past the timeout", async () => {
     const fast = new PythonSandbox({ timeoutMs: 1_500 });
     const code = 'import subprocess, time\np = subprocess.Popen(["sleep", "60"])\nprint(p.pid, flush=True)\ntime.sleep(60)';
     const started = performance.now();
@@ -65,9 +56,7 @@ describe("PythonSandbox (one-shot)", () => {
     expect(r.detail).toBe("timed out after 1500 ms");
     expect(elapsed).toBeGreaterThanOrEqual(1_400);
     expect(elapsed).toBeLessThan(10_000);
-    const childPid = Number(r.stdout.trim());
-    expect(Number.isInteger(childPid) && childPid > 0).toBe(true);
-    expect(isRunning(childPid)).toBe(false);
+    expect(Number(r.stdout.trim())).toBeGreaterThan(0); // the child had started
     const busy = await fast.run("while True:\n    pass");
     expect(busy.status).toBe("timeout");
     await fast.close();
@@ -168,7 +157,8 @@ describe("PythonSandbox (one-shot)", () => {
   });
 
   it("runs one-shot blocks concurrently in separate processes", async () => {
-    const results = await Promise.all([1, 2, 3].map((i) => sandbox.run(`import os\nprint(${i}, os.getpid())`)));
+    // Each process has its own scratch directory (pids are namespaced: every driver may be pid 2).
+    const results = await Promise.all([1, 2, 3].map((i) => sandbox.run(`import os\nprint(${i}, os.getcwd())`)));
     const pids = new Set(results.map((r) => r.stdout.split(" ")[1]));
     expect(results.map((r) => r.stdout.split(" ")[0])).toEqual(["1", "2", "3"]);
     expect(pids.size).toBe(3);
@@ -205,7 +195,7 @@ describe("PythonSandbox (persistent)", () => {
     expect(r.stdout).toBe("42 2\n");
     const info = await sandbox.info();
     expect(info?.python).toMatch(/^3\.\d+\.\d+$/);
-    expect(info?.limits).toEqual({ memoryBytes: true, cpuSeconds: true, maxOpenFiles: true, maxFileBytes: true });
+    expect(info?.limits).toEqual({ memoryBytes: true, cpuSeconds: true, maxOpenFiles: true, maxFileBytes: true, maxProcesses: support.namespaces });
   });
 
   it("restarts after a crash with fresh globals, and says the state was lost", async () => {
@@ -290,7 +280,7 @@ describe("PythonSandbox network isolation", () => {
     await open.close();
   });
 
-  it.skipIf(!support.networkIsolation)(`blocks the network with unshare -rn (${support.reason ?? "available"})`, async () => {
+  it.skipIf(!support.networkIsolation)(`blocks the network with a network namespace (${support.reason ?? "available"})`, async () => {
     const blocked = new PythonSandbox({ network: "blocked" });
     const r = await blocked.run(connect());
     expect(r.stdout).toMatch(/^blocked /);
@@ -313,6 +303,9 @@ describe("PythonSandbox bad input", () => {
     [{ maxOutputBytes: 1.5 }, /PythonSandbox options\.maxOutputBytes:/],
     [{ env: { A: 1 } }, /PythonSandbox options\.env\.A:/],
     [{ timeout: 10 }, /PythonSandbox options\.timeout: unknown field/],
+    [{ isolation: "paranoid" }, /PythonSandbox options\.isolation:/],
+    [{ maxProcesses: 2 }, /PythonSandbox options\.maxProcesses:/],
+    [{ readOnlyPaths: ["relative/dir"] }, /PythonSandbox options\.readOnlyPaths\.0: must be an absolute path/],
   ])("rejects %j with InvalidArgumentError naming the field", (options, pattern) => {
     const make = (): PythonSandbox => new PythonSandbox(options as never);
     expect(make).toThrow(InvalidArgumentError);

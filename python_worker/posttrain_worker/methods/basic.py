@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -95,10 +95,16 @@ def worker_info(ctx: CallContext) -> dict[str, Any]:
 class HandshakeArgs:
     protocol_version: int
     client: dict[str, Any] | None
+    secret: str | None = field(default=None, repr=False)
+    """The pool secret: checked by the server before this method runs (``server/auth.py``), unused here."""
 
 
 HANDSHAKE_ARGS = ArgsSchema(
-    (Arg("protocolVersion", "integer", minimum=0), Arg("client", "object", default=None)),
+    (
+        Arg("protocolVersion", "integer", minimum=0),
+        Arg("client", "object", default=None),
+        Arg("secret", "string", default=None),
+    ),
     build=HandshakeArgs,
 )
 

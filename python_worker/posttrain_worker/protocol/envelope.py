@@ -3,13 +3,15 @@
 Mirrors ``bridge/protocol/envelope.ts``; the normative description is docs/protocol.md. Parsing never
 trusts the client: every field is checked and a violation raises :class:`ProtocolViolation` whose message
 names the field, what was expected and what arrived, e.g. ``"id" must be a non-negative integer, got "abc"``.
-Unknown fields are ignored (forward compatibility), as zod does by default on the TypeScript side.
+Unknown fields are ignored (forward compatibility), as zod does by default on the TypeScript side. A frame
+nested deeper than ``MAX_NESTING_DEPTH`` (``protocol/depth.py``) is refused before it is parsed.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,6 +19,7 @@ from typing import Any, Literal
 from posttrain_worker import PROTOCOL_VERSION
 from posttrain_worker.codec.types import DTYPE_TO_TORCH
 from posttrain_worker.errors import render
+from posttrain_worker.protocol.depth import MAX_NESTING_DEPTH, depth_over_limit
 from posttrain_worker.protocol.errors import BAD_ENVELOPE, UNSUPPORTED_VERSION, ProtocolViolation
 
 MAX_ID = 2**53 - 1
@@ -136,12 +139,32 @@ def _load_json(frame: bytes | bytearray | memoryview) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolViolation(BAD_ENVELOPE, f"frame 0 (the envelope) is not valid UTF-8: {exc}") from None
+    depth = depth_over_limit(text)
+    if depth is not None:
+        # Refused before parsing: the json module recurses per level and would die of RecursionError.
+        raise ProtocolViolation(
+            BAD_ENVELOPE,
+            f"frame 0 (the envelope) nests arrays/objects {depth} levels deep; the limit is "
+            f"{MAX_NESTING_DEPTH} (the envelope object counts as level 1)",
+            _leading_id(text),
+            {"depth": depth, "maxDepth": MAX_NESTING_DEPTH},
+        )
     try:
         return _DECODER.decode(text)
     except ValueError as exc:
         raise ProtocolViolation(
             BAD_ENVELOPE, f"frame 0 (the envelope) is not valid JSON: {exc}; got {render(text)}"
         ) from None
+
+
+# "id" among the scalar members before the first nested value (where the TypeScript client puts it).
+_LEADING_ID = re.compile(r'\s*\{(?:[^"{}\[\]]|"[^"\\]*(?:\\.[^"\\]*)*")*?"id"\s*:\s*(\d{1,16})\s*[,}]')
+
+
+def _leading_id(text: str) -> int | None:
+    """The request id of an envelope too deep to parse, when it comes before the nested members."""
+    match = _LEADING_ID.match(text)
+    return _read_id(int(match.group(1))) if match else None
 
 
 def parse_envelope(frame: bytes | bytearray | memoryview) -> ClientEnvelope:

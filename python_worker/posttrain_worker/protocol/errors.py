@@ -18,6 +18,7 @@ __all__ = [
     "BAD_PAYLOAD",
     "CANCELLED",
     "INTERNAL",
+    "OVERLOADED",
     "PAYLOAD_TOO_LARGE",
     "UNKNOWN_METHOD",
     "UNSUPPORTED_VERSION",
@@ -31,6 +32,8 @@ UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
 UNKNOWN_METHOD = "UNKNOWN_METHOD"
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 CANCELLED = "CANCELLED"
+OVERLOADED = "OVERLOADED"
+"""The worker already holds ``--max-in-flight`` compute requests; the request was not queued (retry later)."""
 
 
 class ProtocolViolation(WorkerFailure):

@@ -44,12 +44,15 @@ class Limits:
     cpu_seconds: int | None
     max_open_files: int | None
     max_file_bytes: int | None
+    max_processes: int | None = None
 
 
 @dataclass(frozen=True)
 class Config:
     io_dir: str
     limits: Limits
+    # Persistent mode: the hard CPU limit is a budget for the interpreter's life (see arm_cpu_limit).
+    persistent: bool = False
 
 
 def parse_config(text: str) -> Config:
@@ -68,6 +71,9 @@ def parse_config(text: str) -> Config:
     io_dir = raw.get("ioDir")
     if not isinstance(io_dir, str) or io_dir == "":
         raise ValueError("ioDir must be a non-empty string")
+    persistent = raw.get("persistent", False)
+    if not isinstance(persistent, bool):
+        raise ValueError(f"persistent must be a boolean, got {persistent!r}")
     return Config(
         io_dir=io_dir,
         limits=Limits(
@@ -75,7 +81,9 @@ def parse_config(text: str) -> Config:
             cpu_seconds=opt_int("cpuSeconds"),
             max_open_files=opt_int("maxOpenFiles"),
             max_file_bytes=opt_int("maxFileBytes"),
+            max_processes=opt_int("maxProcesses"),
         ),
+        persistent=persistent,
     )
 
 
@@ -87,9 +95,15 @@ def _set_limit(which: int, value: int) -> None:
     resource.setrlimit(which, (value, value))
 
 
-def apply_limits(limits: Limits) -> dict[str, bool]:
-    """Sets the process-wide limits (except CPU, set per code block); returns which ones the OS accepted."""
-    applied = {"memoryBytes": False, "cpuSeconds": False, "maxOpenFiles": False, "maxFileBytes": False}
+# Persistent mode: the interpreter's lifetime CPU budget, in code blocks' worth of ``cpu_seconds``.
+PERSISTENT_CPU_BLOCKS = 100
+
+
+def apply_limits(limits: Limits, persistent: bool = False) -> dict[str, bool]:
+    """Sets the process-wide limits (hard = soft, so the code cannot raise them) and the hard CPU limit (its
+    soft limit is armed per code block); returns which ones the OS accepted."""
+    keys = ("memoryBytes", "cpuSeconds", "maxOpenFiles", "maxFileBytes", "maxProcesses")
+    applied = dict.fromkeys(keys, False)
     if resource is None:
         return applied
     # No core files from crashing code blocks.
@@ -104,6 +118,8 @@ def apply_limits(limits: Limits) -> dict[str, bool]:
         ("memoryBytes", "RLIMIT_AS", limits.memory_bytes),
         ("maxOpenFiles", "RLIMIT_NOFILE", limits.max_open_files),
         ("maxFileBytes", "RLIMIT_FSIZE", limits.max_file_bytes),
+        # Counts the processes and threads of the sandbox's uid in its user namespace (the jail gives it one).
+        ("maxProcesses", "RLIMIT_NPROC", limits.max_processes),
     ]
     for key, name, value in pairs:
         which = getattr(resource, name, None)
@@ -114,8 +130,26 @@ def apply_limits(limits: Limits) -> dict[str, bool]:
             applied[key] = True
         except (ValueError, OSError):
             applied[key] = False
-    applied["cpuSeconds"] = limits.cpu_seconds is not None and hasattr(resource, "RLIMIT_CPU")
+    applied["cpuSeconds"] = _set_cpu_hard_limit(limits.cpu_seconds, persistent)
     return applied
+
+
+def _set_cpu_hard_limit(cpu_seconds: int | None, persistent: bool) -> bool:
+    """Sets the hard RLIMIT_CPU that the code cannot raise: one block's worth plus a second (one-shot: the
+    soft limit then sends SIGXCPU a second before the kernel's SIGKILL at the hard one), or a lifetime budget
+    of ``PERSISTENT_CPU_BLOCKS`` blocks for a persistent interpreter, whose soft limit moves per block."""
+    if resource is None or cpu_seconds is None or not hasattr(resource, "RLIMIT_CPU"):
+        return False
+    budget = cpu_seconds * (PERSISTENT_CPU_BLOCKS if persistent else 1) + 1
+    hard = int(cpu_seconds_used()) + budget + 1
+    _soft, current = resource.getrlimit(resource.RLIMIT_CPU)
+    if current != resource.RLIM_INFINITY:
+        hard = min(hard, current)
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+    except (ValueError, OSError):
+        return False
+    return True
 
 
 def cpu_seconds_used() -> float:
@@ -130,7 +164,7 @@ def arm_cpu_limit(cpu_seconds: int | None) -> None:
     """Lets the next code block use ``cpu_seconds`` more CPU seconds: SIGXCPU (which kills) past that.
 
     RLIMIT_CPU counts the whole life of the process, so in the persistent mode the soft limit moves forward
-    before each block; the hard limit is left where it is so that it can.
+    before each block, up to the hard limit set by ``apply_limits`` (past it the kernel sends SIGKILL).
     """
     if resource is None or cpu_seconds is None or not hasattr(resource, "RLIMIT_CPU"):
         return
@@ -206,7 +240,7 @@ def serve(config: Config) -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    applied = apply_limits(config.limits)
+    applied = apply_limits(config.limits, config.persistent)
     version = ".".join(str(v) for v in sys.version_info[:3])
     _send(proto_out, {"type": "ready", "pid": os.getpid(), "python": version, "limits": applied})
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from posttrain_worker.curve import LOOPBACK_HOSTS
+
 IPC_PATH_MAX_BYTES = 107
 """``sockaddr_un.sun_path`` holds 108 bytes on Linux, including the terminating NUL."""
-
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,10 @@ class Endpoint:
     """What is passed to ``zmq_bind``."""
     ipc_path: str | None
     """The socket file an ``ipc://`` endpoint creates (None for tcp and abstract ``ipc://@name``)."""
+
+    @property
+    def is_tcp(self) -> bool:
+        return self.bind_address.startswith("tcp://")
 
     @property
     def is_loopback(self) -> bool:

@@ -20,6 +20,7 @@ import zmq
 
 from posttrain_worker.protocol.envelope import PayloadDescriptor, response_error, response_ok
 from posttrain_worker.protocol.errors import CANCELLED, INTERNAL, WorkerFailure
+from posttrain_worker.server.config import DEFAULT_MAX_IN_FLIGHT
 from posttrain_worker.server.payloads import decode_payloads, encode_payloads
 from posttrain_worker.server.registry import CallContext, MethodRegistry, MethodSpec, WorkerFacts
 
@@ -93,14 +94,23 @@ def run_call(
         if failure.code != CANCELLED:
             log.info("%s (request %d) failed: %s", spec.name, request_id, failure)
         return [response_error(request_id, failure.code, failure.message, failure.details)]
-    except Exception as exc:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        # BaseException too: some libraries raise subclasses of it (torch.distributed.checkpoint's
+        # CheckpointException), which would otherwise end the compute thread and leave the caller without a
+        # reply.
         log.exception("%s (request %d) raised", spec.name, request_id)
         failure = internal_failure(exc)
         return [response_error(request_id, failure.code, failure.message, failure.details)]
 
 
 class ComputeExecutor:
-    """One worker thread, a FIFO queue, cancellation of queued jobs, a busy flag for heartbeats."""
+    """One worker thread, a bounded FIFO queue, cancellation of queued jobs, a busy flag for heartbeats.
+
+    At most ``max_in_flight`` jobs (the running one included) are held: :meth:`submit` refuses more, so a
+    flood of requests costs the worker a bounded amount of memory and each refused one gets an answer at once.
+    """
 
     def __init__(
         self,
@@ -109,7 +119,11 @@ class ComputeExecutor:
         facts: WorkerFacts,
         registry: MethodRegistry,
         request_shutdown: Callable[[], None],
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
         self._context = context
         self._reply_address = reply_address
         self._facts = facts
@@ -126,10 +140,14 @@ class ComputeExecutor:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job) -> bool:
+        """Queue ``job``; False (not queued) when ``max_in_flight`` jobs are already held."""
         with self._cond:
+            if len(self._queue) + (self._running is not None) >= self.max_in_flight:
+                return False
             self._queue.append(job)
             self._cond.notify()
+        return True
 
     def stats(self) -> tuple[bool, int]:
         """(busy, queued): whether a job is running, and how many wait behind it."""

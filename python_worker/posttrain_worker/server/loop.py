@@ -24,6 +24,7 @@ import torch
 import zmq
 
 from posttrain_worker import PROTOCOL_VERSION
+from posttrain_worker.curve import ZapHandler
 from posttrain_worker.protocol.envelope import (
     Cancel,
     Heartbeat,
@@ -36,9 +37,11 @@ from posttrain_worker.protocol.errors import (
     BAD_ENVELOPE,
     BAD_PAYLOAD,
     CANCELLED,
+    OVERLOADED,
     ProtocolViolation,
     WorkerFailure,
 )
+from posttrain_worker.server.auth import UNAUTHENTICATED, SecretGate, check_protection
 from posttrain_worker.server.config import ServerConfig
 from posttrain_worker.server.endpoint import Endpoint, parse_endpoint
 from posttrain_worker.server.executor import ComputeExecutor, Job, internal_failure, run_call
@@ -52,6 +55,7 @@ REPLY_ADDRESS = "inproc://posttrain-replies"
 MAX_MESSAGES_PER_WAKE = 64
 # I/O-thread methods are short and cannot be cancelled: they share one event that is never set.
 _NEVER_CANCELLED = threading.Event()
+ZAP_DOMAIN = "posttrain"
 _WAKE_SHUTDOWN = 0  # byte written to the wake-up pipe by request_shutdown (no signal has number 0)
 
 
@@ -60,6 +64,9 @@ class WorkerServer:
         self.config = config
         self.registry = registry
         self.endpoint: Endpoint = parse_endpoint(config.endpoint)
+        # Before anything is bound: an endpoint the keys cannot protect is a start-up error, not a warning.
+        check_protection(self.endpoint, config.auth, config.insecure)
+        self._gate = SecretGate(config.auth.secret) if config.auth is not None else None
         self.facts = WorkerFacts(
             worker_id=config.worker_id,
             device=torch.device(config.device),
@@ -94,17 +101,21 @@ class WorkerServer:
         router = context.socket(zmq.ROUTER)
         router.setsockopt(zmq.SNDHWM, 0)  # never drop a reply
         router.setsockopt(zmq.LINGER, 0)
+        # Per frame: libzmq reads a frame's size from its header and disconnects a sender whose frame is
+        # larger, so an oversized payload is never buffered whole (the payload-sum check comes after receipt).
+        router.setsockopt(zmq.MAXMSGSIZE, self.config.max_frame_bytes)
         try:
+            self._protect(context, router)
             router.bind(self.endpoint.bind_address)
-        except zmq.ZMQError as exc:
+        except (zmq.ZMQError, RuntimeError) as exc:
             log.error("cannot bind %s: %s", self.endpoint.requested, exc)
             router.close(linger=0)
             context.term()
             self._close_pipe()
             return 1
         self.bound_endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
-        if not self.endpoint.is_loopback:
-            log.warning("listening on %s without authentication", self.bound_endpoint)
+        if self._gate is None:
+            log.warning("serving %s WITHOUT authentication (--insecure)", self.bound_endpoint)
 
         pull = context.socket(zmq.PULL)
         pull.setsockopt(zmq.RCVHWM, 0)
@@ -115,6 +126,7 @@ class WorkerServer:
             self.facts,
             self.registry,
             lambda: self.request_shutdown("compute thread failed", graceful=False),
+            self.config.max_in_flight,
         )
         executor.start()
         restore_signals = self._install_signal_handlers()
@@ -147,6 +159,16 @@ class WorkerServer:
             sys.stderr.flush()
             os._exit(exit_code)
         return exit_code
+
+    def _protect(self, context: zmq.Context, router: zmq.Socket) -> None:
+        """CURVE on tcp: this socket is the server, and its ZAP handler admits only the pool's client key."""
+        auth = self.config.auth
+        if not self.endpoint.is_tcp or auth is None or auth.curve is None:
+            return
+        ZapHandler(context).allow(ZAP_DOMAIN, [auth.curve.client_public_key])
+        router.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN.encode())
+        router.setsockopt(zmq.CURVE_SERVER, 1)
+        router.setsockopt(zmq.CURVE_SECRETKEY, auth.curve.server_secret_key)
 
     def _announce(self) -> None:
         ready = {"endpoint": self.bound_endpoint, "pid": os.getpid(), "protocolVersion": PROTOCOL_VERSION}
@@ -230,6 +252,11 @@ class WorkerServer:
             log.info("rejected an envelope: %s", violation)
             reply_error(violation.request_id, violation)
             return
+        if self._gate is not None and not self._gate.admitted(identity):
+            refusal = self._refusal(identity, envelope)
+            if refusal is not None:
+                reply_error(envelope.id, refusal)
+                return
 
         if isinstance(envelope, (Heartbeat, Cancel)) and payload_frames:
             kind = "heartbeat" if isinstance(envelope, Heartbeat) else "cancel"
@@ -251,6 +278,21 @@ class WorkerServer:
             return
         assert isinstance(envelope, Request)
         self._handle_request(router, executor, identity, envelope, payload_frames, reply_error)
+
+    def _refusal(self, identity: bytes, envelope: Request | Heartbeat | Cancel) -> WorkerFailure | None:
+        """Why a message from a not yet admitted identity is refused; None for a handshake with the secret.
+
+        Heartbeats and cancels are refused too: an outsider learns nothing, not even whether it is busy.
+        """
+        assert self._gate is not None
+        if isinstance(envelope, Request) and envelope.method == "handshake":
+            reason = self._gate.check_handshake(identity, envelope.args)
+            if reason is None:
+                return None
+            log.warning("refused a handshake: %s", reason)
+            return WorkerFailure(UNAUTHENTICATED, reason)
+        what = f"{envelope.method} (request {envelope.id})" if isinstance(envelope, Request) else "a message"
+        return WorkerFailure(UNAUTHENTICATED, f"{what} refused: handshake with the pool secret first")
 
     def _handle_request(
         self,
@@ -295,16 +337,22 @@ class WorkerServer:
             message = f'"id" {request.id} is already in flight; ids must be unique among requests in flight'
             reply_error(request.id, WorkerFailure(BAD_ENVELOPE, message))
             return
-        executor.submit(
-            Job(
-                identity=identity,
-                request_id=request.id,
-                spec=spec,
-                args=args,
-                descriptors=request.payloads,
-                frames=payload_frames,
-            )
+        job = Job(
+            identity=identity,
+            request_id=request.id,
+            spec=spec,
+            args=args,
+            descriptors=request.payloads,
+            frames=payload_frames,
         )
+        if not executor.submit(job):
+            limit = executor.max_in_flight
+            message = (
+                f"{request.method} (request {request.id}) was not queued: this worker already holds {limit} "
+                "compute requests (its --max-in-flight); retry once some have been answered"
+            )
+            log.info("overloaded: %s", message)
+            reply_error(request.id, WorkerFailure(OVERLOADED, message, {"maxInFlight": limit}))
 
     # ---- setup and teardown --------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ Layout of ``DIR`` (docs/training.md, "Checkpoints"):
   takes ``DIR``;
 - ``dcp/``: the model's and the optimizer's state dicts written by torch.distributed.checkpoint, each rank of
   a trainer group its own shard; a load reshards them, so a run saved on N ranks resumes on M (1 included);
-- ``scheduler.pt``, ``rng.pt``: ``torch.save`` of rank 0's state dicts (files, never the wire; read back with
+- ``scheduler.pt``, ``rng.pt``: ``torch.save`` of rank 0's state dicts (RNG: torch, CUDA, Python's ``random``
+  and NumPy's global generator) (files, never the wire; read back with
   ``weights_only=True``);
 - ``trainer_state.json``, written last: step, policy version, the caller's data position, the trainer config,
   the world size.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import secrets
 import shutil
@@ -36,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from posttrain_worker.errors import BAD_ARGUMENTS, WorkerFailure
@@ -75,8 +78,30 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _numpy_rng_state() -> dict[str, Any]:
+    """NumPy's global (legacy MT19937) state as a tensor and numbers: ``torch.load(weights_only=True)``
+    reads it back, where a pickled ndarray would be refused."""
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    return {
+        "kind": str(kind),
+        "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached_gaussian),
+    }
+
+
+def _set_numpy_rng_state(state: dict[str, Any]) -> None:
+    keys = state["keys"].numpy().astype(np.uint32)
+    np.random.set_state((state["kind"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"]))
+
+
 def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": _numpy_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -85,6 +110,8 @@ def _rng_state() -> dict[str, Any]:
 def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
+    if "numpy" in state:  # checkpoints written before NumPy's state was saved leave it as it is
+        _set_numpy_rng_state(state["numpy"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -307,16 +334,23 @@ def _check_loadable(
 
 def _load_dcp(method: str, trainer: Trainer, path: Path) -> None:
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     state = _dcp_state(trainer)
-    # DCP raises its own CheckpointException (and RuntimeError) for a state that does not fit
+    # DCP raises its own CheckpointException (and RuntimeError) for a state that does not fit or a truncated
+    # shard; CheckpointException derives from BaseException, so it is named here or it would kill the thread
     try:
         with _one_process_is_intended():
             dcp.load(state, checkpoint_id=path)
-    except Exception as exc:
+    except (Exception, CheckpointException) as exc:
+        # a CheckpointException's text is a traceback per rank: name the first rank's cause instead
+        causes = [f[0] for f in exc.failures.values()] if isinstance(exc, CheckpointException) else [exc]
+        cause = causes[0] if causes else exc
         raise WorkerFailure(
-            CHECKPOINT_INVALID, f"{method}: the model or optimizer state in {path} does not fit: {exc}"
+            CHECKPOINT_INVALID,
+            f"{method}: the model or optimizer state in {path} does not fit or is unreadable: "
+            f"{type(cause).__name__}: {cause}",
         ) from None
     set_state_dict(
         trainer.module,
@@ -338,6 +372,15 @@ def _load_format_1(method: str, trainer: Trainer, final: Path) -> None:
     apply_weights()
 
 
+def _read_state_file(method: str, path: Path) -> Any:
+    """``torch.load`` of a state file; a truncated or corrupt one is ``CHECKPOINT_INVALID`` (a resume then
+    falls back to an older checkpoint), not an internal error."""
+    try:
+        return torch.load(path, weights_only=True)
+    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:
+        raise WorkerFailure(CHECKPOINT_INVALID, f"{method}: unreadable {path.name}: {exc}") from None
+
+
 def load_checkpoint(method: str, trainer: Trainer, directory: str) -> dict[str, Any]:
     """Restores weights, optimizer, schedule, RNG, step and policy version (every rank of a group at once,
     from a checkpoint saved on any number of ranks); returns the saved state."""
@@ -348,8 +391,8 @@ def load_checkpoint(method: str, trainer: Trainer, directory: str) -> dict[str, 
     barrier(group)
     problem, state = _check_loadable(method, trainer, final)
     agree(problem, group, "the checkpoint's checks")
-    scheduler_state = torch.load(final / SCHEDULER_FILE, weights_only=True)
-    rng_state = torch.load(final / RNG_FILE, weights_only=True)
+    scheduler_state = _read_state_file(method, final / SCHEDULER_FILE)
+    rng_state = _read_state_file(method, final / RNG_FILE)
     if (final / DCP_DIR).is_dir():
         _load_dcp(method, trainer, final / DCP_DIR)
     else:

@@ -13,14 +13,22 @@ connects. Messages, each a multipart message whose first frame is a JSON header:
 
 Both sides run on their worker's compute thread, so the I/O thread keeps answering heartbeats; both poll in
 short slices, checking cancellation and their deadline. This module knows tensors and frames, nothing of RL.
+
+Over tcp both ends use ZeroMQ CURVE with the pool's keys (:func:`configure_keys`, given by the SDK on stdin):
+the receiver is the CURVE server with the pool's server key pair and admits only that same public key, which
+the sender uses as its client key pair; a peer without the pool's keys is refused in the ZeroMQ handshake.
+Without keys (a worker started ``--insecure``) tcp is allowed on loopback only. ipc relies on the private
+directory of the socket file (CURVE costs about 6x in throughput: docs/workers.md, "Security").
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,14 +39,19 @@ import torch
 import zmq
 
 from posttrain_worker.codec import CodecError, tensor_from_bytes, tensor_to_bytes
-from posttrain_worker.errors import WorkerFailure
+from posttrain_worker.curve import LOOPBACK_HOSTS, CurveKeys, ZapHandler
+from posttrain_worker.errors import BAD_ARGUMENTS, WorkerFailure
 from posttrain_worker.training.errors import WEIGHT_SYNC_FAILED
 from posttrain_worker.training.weight_sync import TensorSpec, spec_of
 from posttrain_worker.transfer.buckets import buckets_of
 
 POLL_MS = 100
 HIGH_WATER_MARK = 2
+ZAP_DOMAIN_PREFIX = "posttrain-weights-"
 _context: zmq.Context | None = None
+_keys: CurveKeys | None = None
+_zap: ZapHandler | None = None
+_lock = threading.Lock()
 
 
 def context() -> zmq.Context:
@@ -46,6 +59,36 @@ def context() -> zmq.Context:
     if _context is None:
         _context = zmq.Context()
     return _context
+
+
+def configure_keys(keys: CurveKeys | None) -> None:
+    """The pool's CURVE keys, used by every tcp transfer of this process (set once, at start-up)."""
+    global _keys
+    _keys = keys
+
+
+def _zap_handler() -> ZapHandler:
+    global _zap
+    with _lock:
+        if _zap is None:
+            _zap = ZapHandler(context())
+        return _zap
+
+
+def _tcp_host_allowed(host: str) -> None:
+    if _keys is None and host not in LOOPBACK_HOSTS:
+        raise WorkerFailure(
+            BAD_ARGUMENTS,
+            f'"host" {host!r}: a non-loopback address needs the pool\'s CURVE keys, and this worker has none '
+            "(it was started --insecure)",
+        )
+
+
+def _curve_client(socket: zmq.Socket) -> None:
+    if _keys is not None:
+        socket.setsockopt(zmq.CURVE_SERVERKEY, _keys.server_public_key)
+        socket.setsockopt(zmq.CURVE_PUBLICKEY, _keys.server_public_key)
+        socket.setsockopt(zmq.CURVE_SECRETKEY, _keys.server_secret_key)
 
 
 @dataclass
@@ -141,20 +184,32 @@ class Listener:
     """The receiving end: bound at creation (so the sender may connect before ``receive`` runs)."""
 
     def __init__(self, transport: str, host: str) -> None:
+        if transport != "ipc":
+            _tcp_host_allowed(host)  # before any socket exists
         self.socket = context().socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
         self.directory: Path | None = None
+        self.zap_domain: str | None = None
         if transport == "ipc":
             self.directory = Path(tempfile.mkdtemp(prefix="posttrain-weights-"))
             self.socket.bind(f"ipc://{self.directory}/weights.sock")
         else:
+            if _keys is not None:
+                # A domain per listener, so that closing one forgets only its own entry.
+                self.zap_domain = ZAP_DOMAIN_PREFIX + secrets.token_hex(8)
+                _zap_handler().allow(self.zap_domain, [_keys.server_public_key])
+                self.socket.setsockopt(zmq.ZAP_DOMAIN, self.zap_domain.encode())
+                self.socket.setsockopt(zmq.CURVE_SERVER, 1)
+                self.socket.setsockopt(zmq.CURVE_SECRETKEY, _keys.server_secret_key)
             self.socket.bind(f"tcp://{host}:*")
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.created = time.monotonic()
 
     def close(self) -> None:
         self.socket.close(linger=0)
+        if self.zap_domain is not None:
+            _zap_handler().forget(self.zap_domain)
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -241,6 +296,8 @@ def send(
     socket.setsockopt(zmq.LINGER, 0)
     socket.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
     try:
+        if endpoint.startswith("tcp://"):
+            _curve_client(socket)
         socket.connect(endpoint)
         specs = [spec_of(name, t) for name, t in pairs]
         total = sum(s.nbytes for s in specs)

@@ -270,7 +270,28 @@ export class MCAdvantage implements ReplayBufferTransform {
     return lazyCat(withAdvantage);
   }
 
-  /** The counters, for `ReplayBuffer.save` (held trajectories are not saved). */
+  /** The trajectories of the incomplete groups, group by group in arrival order (saved by `ReplayBuffer.save`). */
+  heldBack(): TensorDict[] {
+    return [...this.#queues.values()].flat();
+  }
+
+  /**
+   * Holds back again trajectories returned by {@link heldBack} (`ReplayBuffer.load`), without counting them a second
+   * time. INVALID_ARGUMENT when they would complete a group (held-back groups are incomplete by definition).
+   */
+  restoreHeldBack(trajectories: readonly TensorDict[]): void {
+    for (const trajectory of trajectories) {
+      const id = groupId(trajectory, this.#options.promptKey, "MCAdvantage.restoreHeldBack");
+      const queue = this.#queues.get(id) ?? [];
+      if (queue.length + 1 >= this.#options.groupSize) {
+        throw new InvalidArgumentError(`MCAdvantage.restoreHeldBack: trajectories: ${queue.length + 1} for one group complete it (groupSize ${this.#options.groupSize}); expected held-back (incomplete) groups`);
+      }
+      queue.push(trajectory.clone());
+      this.#queues.set(id, queue);
+    }
+  }
+
+  /** The counters, for `ReplayBuffer.save` (the held trajectories are saved from {@link heldBack}). */
   state(): JSONObject {
     const c = this.#counters;
     return { ...c, trajectoryReturnMax: Number.isFinite(c.trajectoryReturnMax) ? c.trajectoryReturnMax : null };

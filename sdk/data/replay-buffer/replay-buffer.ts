@@ -10,7 +10,7 @@ import { RaggedTensor } from "../../tensordict/ragged.js";
 import { Tensor } from "../../tensordict/tensor.js";
 import { TensorDict } from "../../tensordict/tensordict.js";
 import { parseOptions } from "../../core/index.js";
-import { unbindRows } from "./collate.js";
+import { lazyStack, unbindRows } from "./collate.js";
 import { ReplayBufferEmptyError, ReplayBufferFileError } from "./errors.js";
 import { readBufferFile, writeBufferFile } from "./file.js";
 import { NestedKeySchema } from "./options.js";
@@ -54,6 +54,18 @@ export const REPLAY_BUFFER_FILE_VERSION = 1;
 
 const PartSchema = z.strictObject({ kind: z.string(), config: z.record(z.string(), z.unknown()), state: z.unknown() });
 
+/**
+ * The trajectories a transform held back: their rows (batch size `[]`, lazily stacked) as one base64 Arrow IPC stream
+ * in the TensorDict wire layout (they lack what the transform adds, so they cannot share the stored rows' columns),
+ * and the row count of each trajectory.
+ */
+const HeldSchema = z.strictObject({
+  name: z.string(),
+  lengths: z.array(z.number().int().min(1)),
+  raggedKeys: z.array(NestedKeySchema),
+  arrow: z.string(),
+});
+
 const FileMetadataSchema = z.strictObject({
   format: z.literal("posttrain.replay_buffer"),
   version: z.literal(REPLAY_BUFFER_FILE_VERSION),
@@ -65,6 +77,8 @@ const FileMetadataSchema = z.strictObject({
   priorityKey: NestedKeySchema,
   rng: z.array(z.number().int()).length(4),
   transforms: z.array(z.strictObject({ name: z.string(), state: z.record(z.string(), z.unknown()).nullable() })),
+  /** The rows each transform held back (`heldBack`), absent in files of earlier releases. */
+  held: z.array(HeldSchema).default([]),
 });
 
 type FileMetadata = z.output<typeof FileMetadataSchema>;
@@ -320,7 +334,8 @@ export class ReplayBuffer implements Iterable<TensorDict> {
   /**
    * Saves the rows and the state (sampler, writer, priorities, counters, generator, transform state) to an Arrow IPC
    * file, written to a temporary file and renamed. Transforms themselves are not saved: pass them to `load`.
-   * Held-back rows of a transform (incomplete GRPO groups) are not saved.
+   * Rows a transform holds back (`heldBack`: `MCAdvantage`'s incomplete GRPO groups) are saved too. What is saved is
+   * taken before the first `await`, so writes after the call do not reach the file.
    */
   async save(path: string): Promise<void> {
     const all = this.storage.all();
@@ -335,12 +350,17 @@ export class ReplayBuffer implements Iterable<TensorDict> {
       priorityKey: this.priorityKey,
       rng: this.#rng.state(),
       transforms: this.#transforms.map((t) => ({ name: t.name, state: t.state?.() ?? null })),
+      held: this.#transforms.flatMap((t) => {
+        const trajectories = t.heldBack?.() ?? [];
+        return trajectories.length === 0 ? [] : [{ name: t.name, ...encodeHeld(trajectories) }];
+      }),
     };
     await writeBufferFile(path, all?.td ?? new TensorDict({}, { batchSize: [0] }), metadata);
   }
 
   /**
-   * A buffer saved by {@link save}: same storage, sampler, writer, rows, priorities, counters and generator state.
+   * A buffer saved by {@link save}: same storage, sampler, writer, rows, priorities, counters and generator state,
+   * and the rows each given transform held back.
    * Throws REPLAY_BUFFER_FILE for a file that is not a replay buffer of this version.
    */
   static async load(path: string, options: LoadOptions = {}): Promise<ReplayBuffer> {
@@ -368,6 +388,8 @@ export class ReplayBuffer implements Iterable<TensorDict> {
         const transform = transforms.find((t) => t.name === saved.name);
         if (transform?.loadState !== undefined && saved.state !== null) transform.loadState(saved.state as JSONObject);
       }
+      // held-back rows go back to their transform (without it, as without its state, they are not loaded)
+      for (const held of meta.held) transforms.find((t) => t.name === held.name)?.restoreHeldBack?.(decodeHeld(held));
       if (meta.storage.length > 0) {
         const stored = rows.unbind(0).map((row) => denseRow(row, meta.raggedKeys));
         buffer.storage.set(Int32Array.from(stored, (_, i) => i), stored);
@@ -390,6 +412,27 @@ function denseRow(row: TensorDict, raggedKeys: readonly NestedKey[]): TensorDict
   for (const key of raggedKeys) {
     const value = row.get(key, undefined);
     if (value instanceof RaggedTensor) out.set(key, value.row(0));
+  }
+  return out;
+}
+
+/** Held-back trajectories as {@link HeldSchema} fields. */
+function encodeHeld(trajectories: readonly TensorDict[]): Omit<z.output<typeof HeldSchema>, "name"> {
+  const rows = trajectories.flatMap((t) => t.unbind(0));
+  const { td, raggedKeys } = lazyStack(rows, true);
+  return { lengths: trajectories.map((t) => t.batchSize[0]!), raggedKeys: [...raggedKeys], arrow: Buffer.from(td.toArrow()).toString("base64") };
+}
+
+/** The trajectories {@link encodeHeld} wrote (each `[T]`, its leaves dense again). */
+function decodeHeld(held: z.output<typeof HeldSchema>): TensorDict[] {
+  const rows = TensorDict.fromArrow(Buffer.from(held.arrow, "base64")).unbind(0).map((row) => denseRow(row, held.raggedKeys));
+  const total = held.lengths.reduce((a, b) => a + b, 0);
+  if (rows.length !== total) throw new InvalidArgumentError(`held-back rows of ${held.name}: ${rows.length} rows but lengths sum to ${total}`);
+  const out: TensorDict[] = [];
+  let at = 0;
+  for (const length of held.lengths) {
+    out.push(lazyStack(rows.slice(at, at + length), true).td);
+    at += length;
   }
   return out;
 }

@@ -23,6 +23,13 @@ export interface ReplayBufferTransform {
   state?(): JSONObject;
   /** Restores a state returned by {@link state} (`ReplayBuffer.load`). */
   loadState?(state: JSONObject): void;
+  /**
+   * The rows `inv` holds back and has not written yet (e.g. `MCAdvantage`'s incomplete groups), as whole
+   * trajectories in arrival order: `ReplayBuffer.save` saves them so that a loaded buffer loses none.
+   */
+  heldBack?(): readonly TensorDict[];
+  /** Holds back again trajectories returned by {@link heldBack} (`ReplayBuffer.load`); counters are left as they are. */
+  restoreHeldBack?(trajectories: readonly TensorDict[]): void;
 }
 
 /** True when `value` has the shape of a {@link ReplayBufferTransform}. */
@@ -30,5 +37,8 @@ export function isReplayBufferTransform(value: unknown): value is ReplayBufferTr
   if (typeof value !== "object" || value === null) return false;
   const t = value as Partial<Record<keyof ReplayBufferTransform, unknown>>;
   const optionalFn = (v: unknown): boolean => v === undefined || typeof v === "function";
-  return typeof t.name === "string" && optionalFn(t.inv) && optionalFn(t.forward) && optionalFn(t.state) && optionalFn(t.loadState);
+  return (
+    typeof t.name === "string" && optionalFn(t.inv) && optionalFn(t.forward) && optionalFn(t.state) && optionalFn(t.loadState) &&
+    optionalFn(t.heldBack) && optionalFn(t.restoreHeldBack)
+  );
 }

@@ -17,8 +17,8 @@ export class SandboxStartError extends PosttrainError {
 }
 
 /**
- * A sandbox feature that was required is not available on this machine, e.g. `network: "blocked"` where
- * `unshare -rn` is not allowed. Code `SANDBOX_UNAVAILABLE`.
+ * A sandbox feature that was required is not available on this machine, e.g. `isolation: "strict"` without user
+ * namespaces, or `network: "blocked"` without a network namespace. Code `SANDBOX_UNAVAILABLE`.
  */
 export class SandboxUnavailableError extends PosttrainError {
   constructor(message: string) {

@@ -18,6 +18,7 @@ export {
   sandboxDriverPath,
   type LimitsApplied,
   type SandboxInfo,
+  type SandboxIsolation,
   type SandboxResult,
   type SandboxRunOptions,
   type SandboxStatus,

@@ -21,8 +21,8 @@ export const PythonInterpreterOptionsSchema = PythonSandboxOptionsSchema.extend(
 export type PythonInterpreterOptions = z.input<typeof PythonInterpreterOptionsSchema>;
 
 /**
- * Runs each ```` ```python ```` block of the policy's message in a {@link PythonSandbox} (timeout, memory/CPU/file
- * limits, no network where the OS allows it) and appends one `tool` message per block, in TorchRL's words:
+ * Runs each ```` ```python ```` block of the policy's message in a {@link PythonSandbox} (timeout, hard limits,
+ * private namespaces and filesystem view where the OS allows them, no network) and appends one `tool` message per block, in TorchRL's words:
  * `Code block 1 executed successfully:\n<stdout>` or `Code block 1 failed:\n<output and traceback>`, with a line
  * saying so when the block timed out or crashed the interpreter. A failing block never stops the episode.
  *
@@ -90,9 +90,12 @@ export class PythonInterpreter extends ToolTransformBase {
       memoryBytes: c.memoryBytes,
       maxOpenFiles: c.maxOpenFiles,
       maxFileBytes: c.maxFileBytes,
+      maxProcesses: c.maxProcesses,
       maxOutputBytes: c.maxOutputBytes,
       persistent: c.persistent,
       network: c.network,
+      isolation: c.isolation,
+      readOnlyPaths: c.readOnlyPaths,
       env: c.env,
       startTimeoutMs: c.startTimeoutMs,
       ...(c.cpuSeconds !== undefined ? { cpuSeconds: c.cpuSeconds } : {}),

@@ -17,6 +17,12 @@ export const PythonSandboxOptionsSchema = z.strictObject({
   maxOpenFiles: z.number().int().min(16).nullable().default(256),
   /** `RLIMIT_FSIZE`: largest file the code may write, in bytes (default 64 MiB; at least 1 MiB). */
   maxFileBytes: z.number().int().min(MiB).nullable().default(64 * MiB),
+  /**
+   * `RLIMIT_NPROC`: processes and threads the code may have at once (default 64; at least 4); a fork past it
+   * fails with `BlockingIOError`. Set only inside the sandbox's own user namespace, where it counts the
+   * sandbox's processes alone; `null` leaves it unlimited.
+   */
+  maxProcesses: z.number().int().min(4).nullable().default(64),
   /** Output kept per stream (stdout, stderr) in bytes, head and tail (default 16 KiB). */
   maxOutputBytes: z.number().int().min(64).default(16 * 1024),
   /**
@@ -25,10 +31,18 @@ export const PythonSandboxOptionsSchema = z.strictObject({
    */
   persistent: z.boolean().default(false),
   /**
-   * `"auto"` (default): no network through `unshare -rn` where the OS allows it, else run with the network.
+   * `"auto"` (default): no network (a network namespace of its own) where the OS allows it, else with the network.
    * `"blocked"`: require it (throws `SandboxUnavailableError` where it is not allowed). `"allowed"`: do not isolate.
    */
   network: z.enum(["auto", "blocked", "allowed"]).default("auto"),
+  /**
+   * `"best-effort"` (default): build every isolation mechanism the OS allows (namespaces, minimal root,
+   * unprivileged user), report the rest in `info().isolation.missing` and warn once (`PosttrainSandboxWarning`).
+   * `"strict"`: refuse to run code (`SandboxUnavailableError` naming what is missing) unless all are in place.
+   */
+  isolation: z.enum(["best-effort", "strict"]).default("best-effort"),
+  /** Host paths (absolute) shown read-only to the code besides the system paths and the Python installation. */
+  readOnlyPaths: z.array(z.string().startsWith("/", "must be an absolute path")).default([]),
   /** Extra environment variables for the code (the parent's environment is not passed on). */
   env: z.record(z.string(), z.string()).default({}),
   /** Milliseconds to wait for the interpreter to start (default 30 000). */

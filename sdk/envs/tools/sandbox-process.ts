@@ -1,7 +1,8 @@
 /**
- * One sandbox child process: `python -I -u driver.py CONFIG` (under `unshare -rn` when isolating the network) in
- * its own process group and private temporary directory. It runs one code block at a time; the caller decides
- * whether it lives for one block or many. Internal to `PythonSandbox`.
+ * One sandbox child process: on Linux `python -I -u jail.py CONFIG`, which puts `driver.py` in private namespaces
+ * with a minimal filesystem view and runs it as an unprivileged user (elsewhere the driver itself), in its own
+ * process group and private temporary directory. It runs one code block at a time; the caller decides whether
+ * it lives for one block or many. Internal to `PythonSandbox`.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
@@ -17,25 +18,68 @@ const LimitsAppliedSchema = z.object({
   cpuSeconds: z.boolean(),
   maxOpenFiles: z.boolean(),
   maxFileBytes: z.boolean(),
+  maxProcesses: z.boolean(),
+});
+
+const IsolationSchema = z.object({
+  userNamespace: z.boolean(),
+  pidNamespace: z.boolean(),
+  mountNamespace: z.boolean(),
+  ipcNamespace: z.boolean(),
+  networkNamespace: z.boolean(),
+  filesystem: z.boolean(),
+  proc: z.boolean(),
+  unprivilegedUser: z.boolean(),
+  missing: z.array(z.object({ mechanism: z.string(), reason: z.string() })),
 });
 
 const DriverMessageSchema = z.discriminatedUnion("type", [
   z.object({ type: z.literal("ready"), pid: z.number().int(), python: z.string(), limits: LimitsAppliedSchema }),
   z.object({ type: z.literal("done"), id: z.number().int(), status: z.enum(["ok", "error"]), exception: z.string().nullable() }),
   z.object({ type: z.literal("fail"), id: z.number().int().nullable(), message: z.string() }),
+  IsolationSchema.extend({ type: z.literal("isolation") }),
+  z.object({ type: z.literal("exit"), exitCode: z.number().int().nullable(), signal: z.string().nullable() }),
 ]);
 
 /** Which OS limits the driver could set (`false` where the OS refused or has no such limit). */
 export type LimitsApplied = z.infer<typeof LimitsAppliedSchema>;
 
+/**
+ * Which isolation mechanisms hold the sandboxed code (see docs/tools.md): each `true` where it is in place, and
+ * `missing` naming each one the OS refused, with why. `networkNamespace` is also `false` with `network: "allowed"`.
+ */
+export interface SandboxIsolation {
+  /** A user namespace of its own: the code runs as uid/gid 65534 there, and its process count is its own. */
+  readonly userNamespace: boolean;
+  /** A pid namespace: killing its pid 1 kills every process the code started, `setsid` daemons included. */
+  readonly pidNamespace: boolean;
+  /** A mount namespace of its own. */
+  readonly mountNamespace: boolean;
+  /** An ipc namespace (System V IPC, POSIX message queues). */
+  readonly ipcNamespace: boolean;
+  /** A network namespace whose only interface is a loopback that is down (no tcp, no abstract unix sockets). */
+  readonly networkNamespace: boolean;
+  /** A minimal root: read-only system paths and Python installation, the scratch directory read-write, nothing else. */
+  readonly filesystem: boolean;
+  /** A `/proc` of its own pid namespace (without it the code sees no `/proc`). */
+  readonly proc: boolean;
+  /** The code runs as uid 65534 without capabilities and with `no_new_privs`. */
+  readonly unprivilegedUser: boolean;
+  /** The mechanisms the OS refused, with the reason. Empty when the isolation is complete. */
+  readonly missing: readonly { readonly mechanism: string; readonly reason: string }[];
+}
+
 /** What the driver reported when it became ready. */
 export interface DriverInfo {
+  /** The host pid of the sandbox's process (on Linux the jail, whose process group holds the code). */
   readonly pid: number;
   /** The Python version, e.g. `"3.11.7"`. */
   readonly python: string;
   readonly limits: LimitsApplied;
   /** Whether the process runs without network (in its own network namespace). */
   readonly networkIsolated: boolean;
+  /** Which isolation mechanisms are in place. */
+  readonly isolation: SandboxIsolation;
 }
 
 /** How one code block ended, as seen from the process. */
@@ -49,12 +93,19 @@ export type BlockOutcome =
 export interface SandboxProcessOptions {
   readonly python: string;
   readonly driver: string;
+  /** The jail script; `null` runs the driver directly (not Linux: no namespaces to build). */
+  readonly jail: string | null;
   readonly isolateNetwork: boolean;
+  /** Extra host paths shown read-only to the code (absolute). */
+  readonly readOnlyPaths: readonly string[];
+  /** Persistent interpreter: its hard CPU limit is a lifetime budget (see driver.py). */
+  readonly persistent: boolean;
   readonly limits: {
     readonly memoryBytes: number | null;
     readonly cpuSeconds: number | null;
     readonly maxOpenFiles: number | null;
     readonly maxFileBytes: number | null;
+    readonly maxProcesses: number | null;
   };
   readonly env: Readonly<Record<string, string>>;
   readonly startTimeoutMs: number;
@@ -86,6 +137,8 @@ export class SandboxProcess {
   readonly exited: Promise<{ exitCode: number | null; signal: string | null }>;
   private pending: Pending | undefined;
   private hasExited = false;
+  /** How the driver ended, as its pid 1 reported it (the jail's own exit says nothing about the driver). */
+  private driverExit: { exitCode: number | null; signal: string | null } | undefined;
 
   private constructor(
     private readonly child: ChildProcess,
@@ -95,8 +148,9 @@ export class SandboxProcess {
     exited: Promise<{ exitCode: number | null; signal: string | null }>,
     lines: Interface,
   ) {
-    this.exited = exited.then((info) => {
+    this.exited = exited.then((processExit) => {
       this.hasExited = true;
+      const info = this.driverExit ?? processExit;
       this.pending?.settle({ kind: "exit", ...info });
       return info;
     });
@@ -125,10 +179,26 @@ export class SandboxProcess {
     const rootDir = await mkdtemp(join(tmpdir(), "posttrain-sandbox-"));
     const workDir = join(rootDir, "work");
     const ioDir = join(rootDir, "io");
-    await Promise.all([mkdir(workDir), mkdir(ioDir)]);
-    const config = JSON.stringify({ ioDir, limits: options.limits });
-    const pythonArgs = ["-I", "-u", options.driver, config];
-    const [command, args] = options.isolateNetwork ? ["unshare", ["-rn", options.python, ...pythonArgs]] : [options.python, pythonArgs];
+    // `root/` is where the jail mounts the code's minimal root (in its own mount namespace; empty here).
+    await Promise.all([mkdir(workDir), mkdir(ioDir), mkdir(join(rootDir, "root"))]);
+    const driverConfig = JSON.stringify({ ioDir, limits: options.limits, persistent: options.persistent });
+    const args =
+      options.jail === null
+        ? ["-I", "-u", options.driver, driverConfig]
+        : [
+            "-I",
+            "-u",
+            options.jail,
+            JSON.stringify({
+              driver: options.driver,
+              driverConfig,
+              root: join(rootDir, "root"),
+              writable: [workDir, ioDir],
+              readOnly: options.readOnlyPaths,
+              isolateNetwork: options.isolateNetwork,
+            }),
+          ];
+    const command = options.python;
     const child = spawn(command, args, {
       cwd: workDir,
       env: { ...baseEnv(workDir), ...options.env },
@@ -151,8 +221,9 @@ export class SandboxProcess {
     });
     const lines = createInterface({ input: child.stdout });
     try {
-      const ready = await waitReady(child, lines, exited, tail, command, options.startTimeoutMs);
-      return new SandboxProcess(child, rootDir, { ...ready, networkIsolated: options.isolateNetwork }, exited, lines);
+      const ready = await waitReady(child, lines, exited, tail, command, options.startTimeoutMs, options.jail !== null);
+      // The host pid of the process started here (the driver's own pid is 2 inside its pid namespace).
+      return new SandboxProcess(child, rootDir, { ...ready, pid: child.pid ?? ready.pid }, exited, lines);
     } catch (err) {
       killGroup(child);
       await exited;
@@ -184,7 +255,7 @@ export class SandboxProcess {
         settle({ kind: "timeout" });
       }, timeoutMs);
       if (this.hasExited) {
-        settle({ kind: "exit", exitCode: this.child.exitCode, signal: this.child.signalCode });
+        settle({ kind: "exit", ...(this.driverExit ?? { exitCode: this.child.exitCode, signal: this.child.signalCode }) });
         return;
       }
       this.pending = { id, settle };
@@ -211,12 +282,29 @@ export class SandboxProcess {
 
   private onLine(line: string): void {
     const message = parseMessage(line);
+    if (message?.type === "exit") this.driverExit = { exitCode: message.exitCode, signal: message.signal };
     const pending = this.pending;
     if (message === undefined || pending === undefined) return;
     if (message.type === "done" && message.id === pending.id) {
       pending.settle({ kind: "done", status: message.status, exception: message.exception });
     }
   }
+}
+
+/** The report of a sandbox without any namespace, every mechanism missing for `reason`. */
+function notIsolated(reason: string): SandboxIsolation {
+  const mechanisms = ["userNamespace", "pidNamespace", "mountNamespace", "ipcNamespace", "networkNamespace", "filesystem", "proc", "unprivilegedUser"] as const;
+  return {
+    userNamespace: false,
+    pidNamespace: false,
+    mountNamespace: false,
+    ipcNamespace: false,
+    networkNamespace: false,
+    filesystem: false,
+    proc: false,
+    unprivilegedUser: false,
+    missing: mechanisms.map((mechanism) => ({ mechanism, reason })),
+  };
 }
 
 function parseMessage(line: string): z.infer<typeof DriverMessageSchema> | undefined {
@@ -244,10 +332,12 @@ function waitReady(
   tail: LineTail,
   command: string,
   timeoutMs: number,
-): Promise<Omit<DriverInfo, "networkIsolated">> {
+  jailed: boolean,
+): Promise<DriverInfo> {
   return new Promise((resolve, reject) => {
     let settled = false;
-    const finish = (error: Error | undefined, ready?: Omit<DriverInfo, "networkIsolated">): void => {
+    let isolation: SandboxIsolation = jailed ? notIsolated("the jail sent no isolation report") : notIsolated(`namespaces need Linux (this is ${process.platform})`);
+    const finish = (error: Error | undefined, ready?: DriverInfo): void => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
@@ -257,7 +347,12 @@ function waitReady(
     };
     const onLine = (line: string): void => {
       const message = parseMessage(line);
-      if (message?.type === "ready") finish(undefined, { pid: message.pid, python: message.python, limits: message.limits });
+      if (message?.type === "isolation") {
+        isolation = IsolationSchema.parse(message); // drops `type`
+      }
+      if (message?.type === "ready") {
+        finish(undefined, { pid: message.pid, python: message.python, limits: message.limits, networkIsolated: isolation.networkNamespace, isolation });
+      }
     };
     const timer = setTimeout(() => {
       finish(new SandboxStartError(`sandbox: not ready after ${timeoutMs} ms`, tail.text()));

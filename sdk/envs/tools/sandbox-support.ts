@@ -1,38 +1,71 @@
-/** What the OS lets the Python sandbox do, detected once per Node process. */
+/** What the OS lets the Python sandbox do, detected once per interpreter and Node process. */
 import { execFile } from "node:child_process";
+import { join } from "node:path";
+import { packageRoot, resolvePython } from "../../../bridge/worker/python.js";
 
 /** The outcome of {@link sandboxSupport}. */
 export interface SandboxSupport {
-  /** Whether `unshare -rn` works here: a new user and network namespace, whose only interface is a loopback that is down. */
+  /**
+   * Whether the sandbox's jail can create its user, pid, mount, ipc and network namespaces here; the network
+   * namespace's only interface is a loopback that is down.
+   */
   readonly networkIsolation: boolean;
-  /** Why not, when it does not (e.g. not Linux, no `unshare`, user namespaces disabled). */
+  /** Same as `networkIsolation`: all the namespaces come together or none does. */
+  readonly namespaces: boolean;
+  /** Why not, when they cannot be created (e.g. not Linux, user namespaces disabled or forbidden by seccomp). */
   readonly reason?: string;
 }
 
-let detected: Promise<SandboxSupport> | undefined;
+const detected = new Map<string, Promise<SandboxSupport>>();
 
-/**
- * Detects, once, whether sandboxed code can be cut off the network with `unshare -rn` (Linux with unprivileged
- * user namespaces). Where it cannot — macOS, Windows, containers whose seccomp profile forbids `unshare`, kernels
- * with `kernel.unprivileged_userns_clone=0` — sandboxes in `network: "auto"` mode run with the network.
- */
-export function sandboxSupport(): Promise<SandboxSupport> {
-  detected ??= detect();
-  return detected;
+/** The jail script, shipped in the npm package under `python_worker/`. */
+export function sandboxJailPath(): string {
+  return join(packageRoot(), "python_worker", "posttrain_worker", "sandbox", "jail.py");
 }
 
-function detect(): Promise<SandboxSupport> {
+/**
+ * Detects, once per interpreter, whether sandboxed code can be put in its own namespaces (Linux with user
+ * namespaces) by running the jail's probe. Where it cannot — macOS, Windows, containers whose seccomp profile
+ * forbids `unshare`, kernels with user namespaces disabled — sandboxes in `network: "auto"` mode run with the
+ * network and the isolation they report as missing.
+ *
+ * ```ts
+ * const { namespaces, reason } = await sandboxSupport();
+ * ```
+ */
+export function sandboxSupport(python?: string): Promise<SandboxSupport> {
+  const interpreter = resolvePython(python);
+  let support = detected.get(interpreter);
+  if (support === undefined) {
+    support = detect(interpreter);
+    detected.set(interpreter, support);
+  }
+  return support;
+}
+
+function detect(python: string): Promise<SandboxSupport> {
   if (process.platform !== "linux") {
-    return Promise.resolve({ networkIsolation: false, reason: `network namespaces need Linux (this is ${process.platform})` });
+    const reason = `namespaces need Linux (this is ${process.platform})`;
+    return Promise.resolve({ networkIsolation: false, namespaces: false, reason });
   }
   return new Promise((resolve) => {
-    execFile("unshare", ["-rn", "true"], { timeout: 10_000 }, (err, _stdout, stderr) => {
+    execFile(python, ["-I", sandboxJailPath(), "--probe"], { timeout: 20_000, env: { PATH: process.env.PATH ?? "/usr/bin:/bin" } }, (err, stdout, stderr) => {
       if (err === null) {
-        resolve({ networkIsolation: true });
-        return;
+        try {
+          const probe = JSON.parse(stdout) as { namespaces?: unknown; reason?: unknown };
+          if (probe.namespaces === true) {
+            resolve({ networkIsolation: true, namespaces: true });
+            return;
+          }
+          const reason = typeof probe.reason === "string" ? probe.reason : "the probe failed";
+          resolve({ networkIsolation: false, namespaces: false, reason });
+          return;
+        } catch {
+          // fall through: an unreadable answer counts as no support
+        }
       }
-      const detail = stderr.trim() !== "" ? stderr.trim() : err.message;
-      resolve({ networkIsolation: false, reason: `\`unshare -rn true\` failed: ${detail}` });
+      const detail = stderr.trim() !== "" ? stderr.trim() : (err?.message ?? `unreadable probe output ${JSON.stringify(stdout)}`);
+      resolve({ networkIsolation: false, namespaces: false, reason: `the sandbox probe failed: ${detail}` });
     });
   });
 }

@@ -1,7 +1,8 @@
 /**
  * `PythonSandbox`: runs Python code blocks in a sandboxed child process — never in a GPU worker — with a
- * wall-clock timeout, OS resource limits, no network where the OS allows it, a private temporary working
- * directory, an isolated interpreter and captured, truncated output. See docs/tools.md.
+ * wall-clock timeout, OS resource limits it cannot raise, private namespaces (pid, mount, ipc, network, user)
+ * with a minimal filesystem view where the OS allows them, an unprivileged user, an isolated interpreter and
+ * captured, truncated output. See docs/tools.md.
  */
 import { join } from "node:path";
 import { RequestAbortedError } from "../../../bridge/errors.js";
@@ -11,10 +12,10 @@ import { parseOptions } from "../../core/index.js";
 import { SandboxClosedError, SandboxUnavailableError } from "./errors.js";
 import { PythonSandboxOptionsSchema, type PythonSandboxOptions, type ResolvedSandboxOptions } from "./sandbox-options.js";
 import { readCapture } from "./sandbox-output.js";
-import { SandboxProcess, type BlockOutcome, type DriverInfo } from "./sandbox-process.js";
-import { sandboxSupport } from "./sandbox-support.js";
+import { SandboxProcess, type BlockOutcome, type DriverInfo, type SandboxIsolation } from "./sandbox-process.js";
+import { sandboxJailPath, sandboxSupport } from "./sandbox-support.js";
 
-export type { DriverInfo as SandboxInfo, LimitsApplied } from "./sandbox-process.js";
+export type { DriverInfo as SandboxInfo, LimitsApplied, SandboxIsolation } from "./sandbox-process.js";
 
 /** How a code block ended. */
 export type SandboxStatus =
@@ -72,15 +73,18 @@ export function sandboxDriverPath(): string {
 
 /**
  * A Python sandbox. Each code block runs in a child interpreter (`python -I -u`, no `PYTHONPATH`, none of the
- * parent's environment variables) in its own process group, with `RLIMIT_AS`, `RLIMIT_CPU`, `RLIMIT_NOFILE` and
- * `RLIMIT_FSIZE` set in the child, a wall-clock timeout that kills the group, no network through `unshare -rn`
- * where the OS allows it (see {@link sandboxSupport}), and a temporary working directory removed afterwards.
+ * parent's environment variables) in its own process group, with hard `RLIMIT_AS`, `RLIMIT_CPU`,
+ * `RLIMIT_NOFILE`, `RLIMIT_FSIZE` and `RLIMIT_NPROC` set in the child, and a wall-clock timeout that kills the
+ * group. On Linux the jail (`jail.py`) puts it in its own user, pid, mount, ipc and (unless the network is
+ * allowed) network namespaces, with a minimal root where only the system paths and the Python installation
+ * (read-only) and its scratch directory (read-write) exist, as uid 65534 without capabilities: it cannot reach
+ * the workers' sockets nor leave a process behind. What the OS refused is in `info().isolation`
+ * (see {@link sandboxSupport}; `isolation: "strict"` refuses to run without it).
  *
  * One-shot (default): a fresh process per block; blocks may run concurrently. Persistent: one process keeps its
  * globals between blocks (they run one at a time) and is replaced after a crash or timeout (`stateLost`).
  *
- * It is a guard against mistakes and runaway code, not a security boundary against hostile code: the code runs
- * as the same user, sees the filesystem, and may start processes. Use a container or VM for untrusted code.
+ * It shares the host's kernel: a kernel exploit escapes it. For hostile code, add a VM (see docs/tools.md).
  *
  * ```ts
  * await using sandbox = new PythonSandbox({ timeoutMs: 2000, persistent: true });
@@ -97,6 +101,8 @@ export class PythonSandbox implements AsyncDisposable {
   private queue: Promise<unknown> = Promise.resolve();
   private nextId = 1;
   private closed = false;
+  private lastInfo: DriverInfo | undefined;
+  private warned = false;
 
   constructor(options: PythonSandboxOptions = {}) {
     this.options = parseOptions(PythonSandboxOptionsSchema, options, "PythonSandbox options");
@@ -135,11 +141,14 @@ export class PythonSandbox implements AsyncDisposable {
     await next;
   }
 
-  /** Information on the persistent interpreter (pid, Python version, limits applied, network isolation), once started. */
+  /**
+   * Information on the persistent interpreter, or in one-shot mode on the last process started (pid, Python
+   * version, limits applied, network isolation, the `isolation` report); `undefined` before any started.
+   */
   async info(): Promise<DriverInfo | undefined> {
     const current = this.persistentProcess;
-    if (current === undefined) return undefined;
-    return (await current.catch(() => undefined))?.info;
+    if (current === undefined) return this.lastInfo;
+    return (await current.catch(() => undefined))?.info ?? this.lastInfo;
   }
 
   /** Kills every process of this sandbox and removes their directories; later `run` calls reject. Idempotent. */
@@ -189,19 +198,32 @@ export class PythonSandbox implements AsyncDisposable {
   private async spawn(): Promise<SandboxProcess> {
     const isolateNetwork = await this.resolveNetwork();
     if (this.closed) throw new SandboxClosedError("PythonSandbox.run: the sandbox is closed");
-    const { memoryBytes, maxOpenFiles, maxFileBytes, timeoutMs } = this.options;
+    const { memoryBytes, maxOpenFiles, maxFileBytes, maxProcesses, timeoutMs } = this.options;
     const cpuSeconds = this.options.cpuSeconds === undefined ? Math.ceil(timeoutMs / 1000) : this.options.cpuSeconds;
+    const jailed = process.platform === "linux";
     const proc = await SandboxProcess.start({
       python: this.python,
       driver: this.driver,
+      jail: jailed ? sandboxJailPath() : null,
       isolateNetwork,
-      limits: { memoryBytes, cpuSeconds, maxOpenFiles, maxFileBytes },
+      readOnlyPaths: this.options.readOnlyPaths,
+      persistent: this.options.persistent,
+      // Outside a user namespace of its own RLIMIT_NPROC would count every process of the user: the jail
+      // drops it then, and without a jail it is not set at all.
+      limits: { memoryBytes, cpuSeconds, maxOpenFiles, maxFileBytes, maxProcesses: jailed ? maxProcesses : null },
       env: this.options.env,
       startTimeoutMs: this.options.startTimeoutMs,
     });
-    if (this.closed) {
+    this.lastInfo = proc.info;
+    const missing = proc.info.isolation.missing.filter((m) => isolateNetwork || m.mechanism !== "networkNamespace");
+    if (this.closed || (missing.length > 0 && this.options.isolation === "strict")) {
       await proc.dispose();
-      throw new SandboxClosedError("PythonSandbox.run: the sandbox is closed");
+      if (this.closed) throw new SandboxClosedError("PythonSandbox.run: the sandbox is closed");
+      throw new SandboxUnavailableError(`PythonSandbox: isolation "strict" but ${describeMissing(missing)}`);
+    }
+    if (missing.length > 0 && !this.warned) {
+      this.warned = true;
+      process.emitWarning(`PythonSandbox: the sandbox runs with incomplete isolation: ${describeMissing(missing)}`, "PosttrainSandboxWarning");
     }
     this.live.add(proc);
     return proc;
@@ -209,10 +231,10 @@ export class PythonSandbox implements AsyncDisposable {
 
   private async resolveNetwork(): Promise<boolean> {
     if (this.options.network === "allowed") return false;
-    const support = await sandboxSupport();
+    const support = await sandboxSupport(this.python);
     if (support.networkIsolation) return true;
     if (this.options.network === "blocked") {
-      throw new SandboxUnavailableError(`PythonSandbox: network "blocked" needs \`unshare -rn\`, which is not available here (${support.reason ?? "unknown reason"})`);
+      throw new SandboxUnavailableError(`PythonSandbox: network "blocked" needs a network namespace, which is not available here (${support.reason ?? "unknown reason"})`);
     }
     return false;
   }
@@ -267,6 +289,10 @@ function describeOutcome(outcome: Exclude<BlockOutcome, { kind: "aborted" }>, ti
       return { status: "crashed", exception: null, exitCode: signal !== null ? null : exitCode, signal, detail };
     }
   }
+}
+
+function describeMissing(missing: SandboxIsolation["missing"]): string {
+  return `these mechanisms are missing: ${missing.map((m) => `${m.mechanism} (${m.reason})`).join("; ")}`;
 }
 
 function throwIfAborted(signal: AbortSignal | undefined): void {

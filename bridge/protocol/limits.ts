@@ -1,0 +1,97 @@
+import { InvalidArgumentError, PayloadTooLargeError } from "../errors.js";
+import type { Payload } from "./payload.js";
+
+/**
+ * Deepest nesting of arrays and objects a worker parses in an envelope, the envelope object being level 1 (its
+ * `args` object level 2). The worker answers a deeper one with `BAD_ENVELOPE` before parsing it
+ * (python_worker/posttrain_worker/protocol/depth.py holds the same number).
+ */
+export const MAX_NESTING_DEPTH = 64;
+
+/** Deepest nesting inside `args`, the `args` object being level 1: {@link MAX_NESTING_DEPTH} less the envelope. */
+export const MAX_ARGS_DEPTH = MAX_NESTING_DEPTH - 1;
+
+/**
+ * A worker's socket never accepts frames below this size limit (1 MiB), whatever its `maxPayloadBytes`, so that
+ * an envelope always fits (python_worker/posttrain_worker/server/config.py, `MIN_FRAME_LIMIT_BYTES`).
+ */
+export const MIN_FRAME_LIMIT_BYTES = 1024 ** 2;
+
+/** What a worker accepts in one request, from its handshake. */
+export interface WorkerLimits {
+  /** Largest sum of the payload frames of one request (the handshake's `maxPayloadBytes`). */
+  readonly maxPayloadBytes: number;
+}
+
+/**
+ * The largest single frame (envelope or payload) the worker's socket accepts (its `ZMQ_MAXMSGSIZE`): a larger one
+ * makes libzmq cut the connection while the frame is still arriving.
+ */
+export function frameLimitBytes(limits: WorkerLimits): number {
+  return Math.max(limits.maxPayloadBytes, MIN_FRAME_LIMIT_BYTES);
+}
+
+/**
+ * Refuses, before sending, `args` nested deeper than {@link MAX_ARGS_DEPTH}: an `InvalidArgumentError` naming the
+ * method and the field. Walks iteratively (a 100 000-deep array would overflow the stack of a recursive walk, and
+ * of `JSON.stringify`) and stops at the first level too deep; a cyclic value is reported as too deep.
+ *
+ * ```ts
+ * checkArgsDepth("generate", { model: "policy", generateKwargs: {} }); // fine
+ * ```
+ */
+export function checkArgsDepth(method: string, args: Record<string, unknown>): void {
+  const stack: { value: object; depth: number; path: string }[] = [{ value: args, depth: 1, path: "args" }];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    if (item.depth > MAX_ARGS_DEPTH) {
+      throw new InvalidArgumentError(
+        `${method} args: ${topField(item.path)} nests more than ${MAX_ARGS_DEPTH} levels of arrays/objects ` +
+          `(at ${shorten(item.path)}); the limit is ${MAX_ARGS_DEPTH} inside args (${MAX_NESTING_DEPTH} in the ` +
+          "envelope, docs/protocol.md)",
+      );
+    }
+    const { value, depth, path } = item;
+    if (Array.isArray(value)) {
+      value.forEach((child: unknown, i) => {
+        if (typeof child === "object" && child !== null) stack.push({ value: child, depth: depth + 1, path: `${path}[${i}]` });
+      });
+    } else {
+      for (const [key, child] of Object.entries(value as Record<string, unknown>)) {
+        if (typeof child === "object" && child !== null) stack.push({ value: child, depth: depth + 1, path: `${path}.${key}` });
+      }
+    }
+  }
+}
+
+/**
+ * Refuses, before sending, a request the worker's socket would cut or the worker would answer `PAYLOAD_TOO_LARGE`:
+ * a `PayloadTooLargeError` naming the limit and the size.
+ */
+export function checkRequestSize(method: string, envelope: Uint8Array, payloads: readonly Payload[], limits: WorkerLimits): void {
+  const frameLimit = frameLimitBytes(limits);
+  if (envelope.byteLength > frameLimit) {
+    throw new PayloadTooLargeError(
+      `${method}: the envelope (args) is ${envelope.byteLength} bytes, over the worker's frame limit of ${frameLimit} bytes`,
+      envelope.byteLength,
+      frameLimit,
+    );
+  }
+  const total = payloads.reduce((sum, p) => sum + p.data.byteLength, 0);
+  if (total > limits.maxPayloadBytes) {
+    throw new PayloadTooLargeError(
+      `${method}: the payload frames add up to ${total} bytes, over the worker's maxPayloadBytes of ${limits.maxPayloadBytes}`,
+      total,
+      limits.maxPayloadBytes,
+    );
+  }
+}
+
+/** `args.a` of `args.a[0].b…`: the argument the caller named. */
+function topField(path: string): string {
+  const match = /^args(\.[^.[]+|\[\d+\])/.exec(path);
+  return match?.[0] ?? path;
+}
+
+function shorten(path: string, max = 80): string {
+  return path.length <= max ? path : `${path.slice(0, max)}…`;
+}

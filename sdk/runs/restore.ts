@@ -1,0 +1,69 @@
+/**
+ * `restoreCheckpoint`: what a resume loads. The newest checkpoint that is readable, falling back to the one before
+ * it when it is not, and saying so; an unreadable one is renamed aside (`step-<N>.corrupt`), never deleted. Both
+ * `GRPOTrainer.create` and `SFTTrainer.create` call it. See docs/trainers.md ("Checkpoints, signals and resume").
+ */
+import { access } from "node:fs/promises";
+import { join } from "node:path";
+import { WorkerError } from "../../bridge/index.js";
+import type { RestoredState } from "../trainers/index.js";
+import type { SetAsideCheckpoint } from "./errors.js";
+import type { RunCheckpoint, RunDirectory } from "./run-directory.js";
+
+/**
+ * Worker error codes of a load that failed because of the checkpoint's files (missing, truncated, not fitting the
+ * model); any other failure (a dead worker, a timeout) is the run's, not the checkpoint's, and is thrown as is.
+ */
+const UNREADABLE_CODES: ReadonlySet<string> = new Set(["CHECKPOINT_INVALID", "CHECKPOINT_NOT_FOUND"]);
+
+/** A restored checkpoint: which one, and the state the trainer restored from it. */
+export interface RestoredCheckpoint extends RunCheckpoint {
+  readonly restored: RestoredState;
+}
+
+/**
+ * Loads the newest readable checkpoint of `runDir` into `trainer`. A checkpoint is unreadable when
+ * `runDir.checkpointProblem` finds a problem in its files or the load fails with `CHECKPOINT_INVALID` /
+ * `CHECKPOINT_NOT_FOUND`; it is then renamed aside, a line naming it and why goes to `log`, and the one before it is
+ * tried. With none left: a `NoCheckpointError` listing those set aside. `options.requiredFiles` names files the run
+ * writes into a checkpoint after the worker's save (an asynchronous GRPO run's replay-buffer snapshot): a checkpoint
+ * without one of them (a crash between the two writes) is unreadable too.
+ *
+ * @example const latest = await restoreCheckpoint(runDir, trainer, console.log); // { step, path, restored }
+ */
+export async function restoreCheckpoint(
+  runDir: RunDirectory,
+  trainer: { loadCheckpoint(dir: string): Promise<RestoredState> },
+  log: (line: string) => void,
+  options: { readonly requiredFiles?: readonly string[] } = {},
+): Promise<RestoredCheckpoint> {
+  const setAside: SetAsideCheckpoint[] = [];
+  for (const checkpoint of (await runDir.checkpoints()).reverse()) {
+    let problem = (await runDir.checkpointProblem(checkpoint)) ?? (await missingFile(checkpoint.path, options.requiredFiles ?? []));
+    if (problem === undefined) {
+      try {
+        return { ...checkpoint, restored: await trainer.loadCheckpoint(checkpoint.path) };
+      } catch (err) {
+        if (!(err instanceof WorkerError && UNREADABLE_CODES.has(err.code))) throw err;
+        problem = `the load failed: ${err.code}: ${err.message}`;
+      }
+    }
+    const aside = await runDir.setAside(checkpoint, problem);
+    setAside.push(aside);
+    log(`checkpoint ${checkpoint.path} is unreadable (${problem}); renamed it to ${aside.path} and falling back to the one before it`);
+  }
+  const names = setAside.map((c) => `step-${String(c.step)} (${c.reason})`).join(", ");
+  throw await runDir.noCheckpointError(`no readable checkpoint: set aside as *.corrupt: ${names}`, setAside);
+}
+
+/** A problem naming the first of `files` missing from `dir`, or `undefined` when all are there. */
+async function missingFile(dir: string, files: readonly string[]): Promise<string | undefined> {
+  for (const file of files) {
+    try {
+      await access(join(dir, file));
+    } catch {
+      return `${file} is missing (written after the worker's save: the run stopped between the two)`;
+    }
+  }
+  return undefined;
+}
