@@ -155,8 +155,9 @@ export class WorkerHungError extends PosttrainError {
 
 /**
  * A request too large for the worker, refused before anything was sent: its payload frames add up to more than the
- * worker's `maxPayloadBytes`, or one frame is larger than the socket accepts. Sending it would get the connection
- * cut by the worker's socket (`ZMQ_MAXMSGSIZE`) or a `PAYLOAD_TOO_LARGE` reply.
+ * worker's `maxPayloadBytes`, or its envelope (the JSON `args`) is over the worker's 1 MiB envelope limit. Sending
+ * it would get a `PAYLOAD_TOO_LARGE` or `BAD_ENVELOPE` reply, or the connection cut by the worker's socket
+ * (`ZMQ_MAXMSGSIZE`).
  */
 export class PayloadTooLargeError extends PosttrainError {
   /** The size that is over the limit, in bytes. */
@@ -176,4 +177,36 @@ export class InvalidArgumentError extends PosttrainError {
   constructor(message: string) {
     super("INVALID_ARGUMENT", message);
   }
+}
+
+/**
+ * The first error in `error`'s `cause` chain (itself first, at most 8 deep) that `is` accepts.
+ *
+ * ```ts
+ * const died = findCause(err, (e): e is WorkerDiedError => e instanceof WorkerDiedError);
+ * ```
+ */
+export function findCause<T>(error: unknown, is: (e: unknown) => e is T): T | undefined {
+  for (let e = error, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) if (is(e)) return e;
+  return undefined;
+}
+
+/** The error codes of a worker that is gone: its process died, or it answers nothing any more. */
+export const WORKER_LOSS_CODES: ReadonlySet<string> = new Set(["WORKER_DIED", "WORKER_UNRESPONSIVE", "WORKER_HUNG"]);
+
+/**
+ * Whether `error` (or an error in its `cause` chain) says a worker is gone: `WorkerDiedError`,
+ * `WorkerUnresponsiveError` or `WorkerHungError` (codes {@link WORKER_LOSS_CODES}). Such a worker answers nothing
+ * more: what it held must be rebuilt elsewhere.
+ *
+ * ```ts
+ * if (isWorkerLoss(err)) restartWorkers();
+ * ```
+ */
+export function isWorkerLoss(error: unknown): boolean {
+  const lost = (e: unknown): e is Error => {
+    const code = (e as { code?: unknown }).code;
+    return typeof code === "string" && WORKER_LOSS_CODES.has(code);
+  };
+  return findCause(error, lost) !== undefined;
 }

@@ -12,7 +12,7 @@ export {
   type WorkerInfo,
 } from "./protocol/envelope.js";
 export type { Payload } from "./protocol/payload.js";
-export { MAX_ARGS_DEPTH, MAX_NESTING_DEPTH, MIN_FRAME_LIMIT_BYTES, frameLimitBytes, type WorkerLimits } from "./protocol/limits.js";
+export { MAX_NESTING_DEPTH, type WorkerLimits } from "./protocol/limits.js";
 export { RPCChannel, type RequestOptions, type RPCChannelOptions, type RPCReply } from "./protocol/channel.js";
 export type { Transport, TransportHandler } from "./transport/transport.js";
 export { ZMQDealerTransport, type ZMQCurveClientOptions, type ZMQDealerOptions } from "./transport/zmq.js";

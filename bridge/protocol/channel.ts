@@ -148,13 +148,13 @@ export class RPCChannel {
     let head: Uint8Array;
     try {
       // The caller's mistakes, refused before anything goes out: the worker would answer them with an error at
-      // best (too deep) and cut the connection at worst (a frame over its socket's limit).
+      // best (too deep, an envelope over 1 MiB) and cut the connection at worst (a frame over its socket's limit).
       if (!(watchdogMs >= 0 && Number.isFinite(watchdogMs))) {
         throw new InvalidArgumentError(`${method} options.watchdogMs: expected a non-negative number of ms (0 = off), got ${String(watchdogMs)}`);
       }
       checkArgsDepth(method, args);
       head = encodeEnvelope(envelope);
-      if (this.limits !== undefined) checkRequestSize(method, head, payloads, this.limits);
+      checkRequestSize(method, head, payloads, this.limits);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new ProtocolError(String(err)));
     }

@@ -12,23 +12,23 @@ export const MAX_NESTING_DEPTH = 64;
 export const MAX_ARGS_DEPTH = MAX_NESTING_DEPTH - 1;
 
 /**
- * A worker's socket never accepts frames below this size limit (1 MiB), whatever its `maxPayloadBytes`, so that
- * an envelope always fits (python_worker/posttrain_worker/server/config.py, `MIN_FRAME_LIMIT_BYTES`).
+ * The largest envelope (frame 0) a worker reads, 1 MiB whatever its `maxPayloadBytes`: it answers a larger one
+ * `BAD_ENVELOPE` unread, so large data goes in payload frames (python_worker/posttrain_worker/protocol/envelope.py,
+ * `MAX_ENVELOPE_BYTES`).
  */
-export const MIN_FRAME_LIMIT_BYTES = 1024 ** 2;
+export const MAX_ENVELOPE_BYTES = 1024 ** 2;
+
+/**
+ * A worker's socket never accepts frames below this size limit (its `ZMQ_MAXMSGSIZE` is `max(maxPayloadBytes, 1
+ * MiB)`), so an envelope up to {@link MAX_ENVELOPE_BYTES} always reaches it (python_worker/posttrain_worker/server/
+ * config.py, `MIN_FRAME_LIMIT_BYTES`).
+ */
+export const MIN_FRAME_LIMIT_BYTES = MAX_ENVELOPE_BYTES;
 
 /** What a worker accepts in one request, from its handshake. */
 export interface WorkerLimits {
   /** Largest sum of the payload frames of one request (the handshake's `maxPayloadBytes`). */
   readonly maxPayloadBytes: number;
-}
-
-/**
- * The largest single frame (envelope or payload) the worker's socket accepts (its `ZMQ_MAXMSGSIZE`): a larger one
- * makes libzmq cut the connection while the frame is still arriving.
- */
-export function frameLimitBytes(limits: WorkerLimits): number {
-  return Math.max(limits.maxPayloadBytes, MIN_FRAME_LIMIT_BYTES);
 }
 
 /**
@@ -64,18 +64,24 @@ export function checkArgsDepth(method: string, args: Record<string, unknown>): v
 }
 
 /**
- * Refuses, before sending, a request the worker's socket would cut or the worker would answer `PAYLOAD_TOO_LARGE`:
- * a `PayloadTooLargeError` naming the limit and the size.
+ * Refuses, before sending, a request the worker would answer `BAD_ENVELOPE` (an envelope over
+ * {@link MAX_ENVELOPE_BYTES}) or `PAYLOAD_TOO_LARGE` (payloads over `limits`, once the handshake told them): a
+ * `PayloadTooLargeError` naming the limit and the size.
+ *
+ * ```ts
+ * checkRequestSize("echo", encodeEnvelope(envelope), payloads, { maxPayloadBytes: 4 * 1024 ** 3 });
+ * ```
  */
-export function checkRequestSize(method: string, envelope: Uint8Array, payloads: readonly Payload[], limits: WorkerLimits): void {
-  const frameLimit = frameLimitBytes(limits);
-  if (envelope.byteLength > frameLimit) {
+export function checkRequestSize(method: string, envelope: Uint8Array, payloads: readonly Payload[], limits: WorkerLimits | undefined): void {
+  if (envelope.byteLength > MAX_ENVELOPE_BYTES) {
     throw new PayloadTooLargeError(
-      `${method}: the envelope (args) is ${envelope.byteLength} bytes, over the worker's frame limit of ${frameLimit} bytes`,
+      `${method}: the envelope (args) is ${envelope.byteLength} bytes, over the worker's envelope limit of ` +
+        `${MAX_ENVELOPE_BYTES} bytes (send large data as payloads)`,
       envelope.byteLength,
-      frameLimit,
+      MAX_ENVELOPE_BYTES,
     );
   }
+  if (limits === undefined) return;
   const total = payloads.reduce((sum, p) => sum + p.data.byteLength, 0);
   if (total > limits.maxPayloadBytes) {
     throw new PayloadTooLargeError(

@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { Dealer } from "zeromq";
 import { ConnectionClosedError } from "../errors.js";
 import type { Transport, TransportHandler } from "./transport.js";
@@ -37,8 +38,12 @@ export class ZMQDealerTransport implements Transport {
 
   constructor(options: ZMQDealerOptions) {
     // linger 0: close() must not block on unsent messages to a worker that may be gone.
+    // routingId: a worker admits identities, and libzmq would give each reconnect a new one, every later call
+    // refused UNAUTHENTICATED; 128 random bits (as hex: zeromq.js takes a string, and an identity must not start
+    // with a zero byte) keep this connection's identity across reconnects and unguessable by other processes.
     const curve = options.curve;
     this.socket = new Dealer({
+      routingId: randomBytes(16).toString("hex"),
       linger: 0,
       sendHighWaterMark: 0,
       receiveHighWaterMark: 0,

@@ -123,7 +123,7 @@ export class WorkerProcess {
         clearTimeout(timer);
         options.signal?.removeEventListener("abort", onAbort);
         if (error !== undefined || ready === undefined) {
-          child.kill("SIGKILL");
+          signalGroup(child, "SIGKILL");
           reject(error ?? new WorkerStartError(`${options.name}: no READY line`));
         } else {
           resolve(new WorkerProcess(options.name, child, tail, ready, exited));
@@ -190,13 +190,29 @@ export class WorkerProcess {
     return this.tail.text();
   }
 
-  /** Sends a signal to the process (no-op once it has exited). */
+  /**
+   * Sends a signal to the worker's process group: the worker and the processes it started (a vLLM engine, say),
+   * which a signal to the worker alone would leave running. No-op once it has exited.
+   */
   kill(signal: NodeJS.Signals = "SIGTERM"): void {
-    if (this.exitInfo === undefined) this.child.kill(signal);
+    if (this.exitInfo === undefined) signalGroup(this.child, signal);
   }
 
   /** Closes the worker's stdin, which tells it to exit. */
   closeStdin(): void {
     this.child.stdin?.end();
   }
+}
+
+/** Signals `child`'s process group (it leads one: spawned detached), else `child` alone (no groups on Windows). */
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+  if (child.pid !== undefined && process.platform !== "win32") {
+    try {
+      process.kill(-child.pid, signal);
+      return;
+    } catch {
+      // ESRCH (the group is gone already) or EPERM: the child alone, which ignores a finished process.
+    }
+  }
+  child.kill(signal);
 }

@@ -6,7 +6,7 @@
  * goes to another generator.
  */
 import { z } from "zod";
-import { RequestAbortedError } from "../../bridge/errors.js";
+import { isWorkerLoss, RequestAbortedError } from "../../bridge/errors.js";
 import { InvalidArgumentError } from "../core/errors.js";
 import { parseOptions } from "../core/validation.js";
 import { lazyCat } from "../data/replay-buffer/collate.js";
@@ -58,26 +58,6 @@ interface Counters {
   outstandingRows: number;
   inFlight: number;
   busySince: number;
-}
-
-/** The error codes of a worker that is gone (bridge/errors.ts): its process died, or it answers nothing any more. */
-export const WORKER_LOSS_CODES: ReadonlySet<string> = new Set(["WORKER_DIED", "WORKER_UNRESPONSIVE", "WORKER_HUNG"]);
-
-/**
- * Whether `error` (or an error in its `cause` chain) says a worker is gone: `WorkerDiedError`,
- * `WorkerUnresponsiveError`, or a hung call (codes {@link WORKER_LOSS_CODES}). Such a worker answers nothing more:
- * what it held must be rebuilt elsewhere.
- *
- * ```ts
- * if (isWorkerLoss(err)) restartWorkers();
- * ```
- */
-export function isWorkerLoss(error: unknown): boolean {
-  for (let e = error, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && WORKER_LOSS_CODES.has(code)) return true;
-  }
-  return false;
 }
 
 /** One chunk of a call: whole prompt groups, with the seed of its index. */

@@ -205,6 +205,17 @@ function isSampleRecord(value: unknown): value is SampleRecord {
 }
 
 /**
+ * The events of `runDir/events.jsonl` (worker failures and restarts), oldest first; none when there is no such file.
+ *
+ * ```ts
+ * const restarts = (await readRunEvents("runs/digit-sort")).filter((e) => e.kind === "restart").length;
+ * ```
+ */
+export async function readRunEvents(runDir: string): Promise<RunEvent[]> {
+  return parseJSONLines((await readOptional(join(runDir, "events.jsonl"))) ?? "", "events.jsonl").filter(isRunEvent);
+}
+
+/**
  * Reads `metrics.jsonl`, `samples.jsonl`, `events.jsonl` and `config.yaml` from `runDir` and writes `runDir/report.html`
  * (atomically: a temporary file renamed over). Returns the report's path.
  */
@@ -214,7 +225,7 @@ export async function writeReport(runDir: string, options: { title?: string } = 
   const metrics = parseJSONLines(metricsText, "metrics.jsonl").filter(isMetricRecord);
   const samples = parseJSONLines((await readOptional(join(runDir, "samples.jsonl"))) ?? "", "samples.jsonl").filter(isSampleRecord);
   const configText = await readOptional(join(runDir, "config.yaml"));
-  const events = parseJSONLines((await readOptional(join(runDir, "events.jsonl"))) ?? "", "events.jsonl").filter(isRunEvent);
+  const events = await readRunEvents(runDir);
   const html = renderReportHTML({
     title: options.title ?? `posttrain run: ${runDir}`,
     metrics,

@@ -5,7 +5,7 @@
  * resume, and the run directory with its report. See docs/trainers.md.
  */
 import { mkdir, rename, rm } from "node:fs/promises";
-import { basename, join } from "node:path";
+import { join } from "node:path";
 import { z } from "zod";
 import type { RequestOptions } from "../../bridge/index.js";
 import { CollectorStateError } from "../collectors/errors.js";
@@ -48,6 +48,7 @@ import {
   logger,
   modelPath,
   openPool,
+  poolOptionsOf,
   POLICY_MODEL,
   poolDevice,
   REFERENCE_MODEL,
@@ -55,6 +56,7 @@ import {
   runLength,
   RunOptionsSchema,
   type RunOptions,
+  type RunPoolOptions,
 } from "./setup.js";
 import { createTaskEnv, type TaskEnv } from "./task-env.js";
 
@@ -97,6 +99,8 @@ interface Setup {
   readonly runDir: RunDirectory;
   readonly totalSteps: number;
   readonly log: (line: string) => void;
+  /** Extra options for the pools the run starts (tests only: `POOL_OPTIONS`). */
+  readonly poolOptions: RunPoolOptions | undefined;
 }
 
 interface Parts {
@@ -172,7 +176,7 @@ async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart", envs?:
   const devices = { trainer: roleDevice(c.model, roles.trainer), generator: roleDevice(c.model, roles.generator), reference: roleDevice(c.model, roles.reference) };
   const used = [devices.trainer, ...(generatorCount > 0 ? [devices.generator] : []), ...(roles.reference.count > 0 ? [devices.reference] : [])];
   const workerCount = roles.trainer.count + generatorCount + roles.reference.count;
-  const { pool, owned } = await openPool(c.model, workerCount, o.pool, o.signal, poolDevice(used));
+  const { pool, owned } = await openPool(c.model, workerCount, o.pool, o.signal, poolDevice(used), s.poolOptions);
   try {
     const ranks = pool.workers.slice(0, roles.trainer.count);
     const worker = ranks[0]!;
@@ -284,7 +288,6 @@ async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart", envs?:
 export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
   // the parts and the pipeline over them: built again after a restart (#install)
   #parts!: Parts;
-  #partsClosed = false;
   #sync!: WeightSyncScheme;
   #collector!: LLMCollector;
   #generatorPool!: GeneratorPool;
@@ -321,7 +324,11 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
           : o.env !== undefined || o.evalEnv !== undefined
             ? "it trains on options.env / options.evalEnv, whose state a restart cannot restore"
             : undefined,
-      workers: () => this.#parts.workers.map((worker, i) => ({ worker, role: roleOf(c, i) })),
+      // not the generators already dropped: their dead connection must not make a later error look like a worker's
+      workers: () => {
+        const dropped = new Set(this.#generatorPool.lost.map((i) => this.#parts.generators[i]!.worker));
+        return this.#parts.workers.flatMap((worker, i) => (dropped.has(worker) ? [] : [{ worker, role: roleOf(c, i) }]));
+      },
     });
     this.#trainedPosition = null;
     this.#install(parts);
@@ -330,7 +337,6 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
   /** Builds the pipeline over `parts` (the collector, its generators and replay buffer) from their start step. */
   #install(parts: Parts): void {
     this.#parts = parts;
-    this.#partsClosed = false;
     this.#sync = parts.sync;
     const { config, generators, env } = parts;
     const s = config.sampling;
@@ -461,14 +467,12 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     const resumable = await runDir.prepare(o.resume);
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS, GRPOTrainerConfigSchema);
     await runDir.writeConfig(c);
-    const setup: Setup = { config: c, options: o, runDir, totalSteps, log: logger(o.log) };
+    const setup: Setup = { config: c, options: o, runDir, totalSteps, log: logger(o.log), poolOptions: poolOptionsOf(options) };
     return new GRPOTrainer(await buildParts(setup, resumable ? "resume" : "fresh", { env: probe, evalEnv }));
   }
 
   /** Stops the collector and closes the envs and the weight sync; stops the workers it started (or unloads its models from `pool`). */
   protected override async closeParts(): Promise<void> {
-    if (this.#partsClosed) return;
-    this.#partsClosed = true;
     const p = this.#parts;
     await this.#delivery.catch(() => undefined);
     await this.#iteration?.return?.();
@@ -485,16 +489,15 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     }
   }
 
-  /** After a worker failure: closes everything (the dead workers' pool too) and builds it again from the last checkpoint. */
-  protected override async rebuildParts(): Promise<{ trainer: Trainer; startStep: number }> {
-    const p = this.#parts;
-    // a dead worker fails the closing of what it held: the pool is closed whatever happens
-    await this.closeParts().catch(async () => {
-      if (p.ownsPool) await p.pool.close();
-    });
-    const parts = await buildParts(p.setup, "restart");
+  protected override workerPool(): { pool: WorkerPool; owned: boolean } {
+    return { pool: this.#parts.pool, owned: this.#parts.ownsPool };
+  }
+
+  /** After a worker failure (the parts closed): builds them again on fresh workers from the last checkpoint. */
+  protected override async restartParts(): Promise<{ trainer: Trainer; startStep: number }> {
+    const parts = await buildParts(this.#parts.setup, "restart");
     this.#install(parts);
-    return { trainer: parts.trainer, startStep: parts.startStep };
+    return parts;
   }
 
   /** One GRPO step (`grpoStep`); starts the collector on the first one, and remembers the version and data position. */
@@ -568,38 +571,39 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
       return;
     }
     const collector = this.#collector;
-    const staged = join(this.#parts.runDir.checkpointsPath, `.${basename(dir)}.${BUFFER_FILE}.tmp`);
-    await mkdir(this.#parts.runDir.checkpointsPath, { recursive: true });
-    let buffered: Promise<void>;
-    let snapshot: CollectedSnapshot;
-    await collector.pause();
+    const staged = this.#parts.runDir.stagingPath(step, BUFFER_FILE);
+    let buffered: Promise<void> | undefined;
     try {
-      const rb = collector.replayBuffer!;
-      buffered = rb.save(staged); // takes the rows and held-back groups now, writes them after
-      buffered.catch(() => undefined); // awaited (and so rethrown) after the worker's save
-      const advantage = rb.transforms.find((t) => t instanceof MCAdvantage);
-      snapshot = {
-        format: "posttrain.collected",
-        version: 1,
-        nextBatch: this.#nextBatch,
-        nextCall: this.#calls.next,
-        policyVersion: collector.policyVersion ?? 0,
-        position: this.#positions.get(this.#nextBatch - 1) ?? this.#trainedPosition,
-        trainedPosition: this.#trainedPosition,
-        positions: [...this.#positions].filter(([n]) => n < this.#nextBatch),
-        rows: rb.length,
-        heldBack: advantage?.stats.queuedTrajectories ?? 0,
-      };
-    } finally {
-      collector.resume();
-    }
-    try {
+      await mkdir(this.#parts.runDir.checkpointsPath, { recursive: true });
+      let snapshot: CollectedSnapshot;
+      await collector.pause();
+      try {
+        const rb = collector.replayBuffer!;
+        buffered = rb.save(staged); // takes the rows and held-back groups now, writes them after
+        buffered.catch(() => undefined); // awaited (and so rethrown) after the worker's save
+        const advantage = rb.transforms.find((t) => t instanceof MCAdvantage);
+        snapshot = {
+          format: "posttrain.collected",
+          version: 1,
+          nextBatch: this.#nextBatch,
+          nextCall: this.#calls.next,
+          policyVersion: collector.policyVersion ?? 0,
+          position: this.#positions.get(this.#nextBatch - 1) ?? this.#trainedPosition,
+          trainedPosition: this.#trainedPosition,
+          positions: [...this.#positions].filter(([n]) => n < this.#nextBatch),
+          rows: rb.length,
+          heldBack: advantage?.stats.queuedTrajectories ?? 0,
+        };
+      } finally {
+        collector.resume();
+      }
       await this.trainer.saveCheckpoint(dir, { dataPosition });
       await buffered;
       await rename(staged, join(dir, BUFFER_FILE));
       await writeSnapshot(dir, snapshot);
     } catch (err) {
-      await buffered.catch(() => undefined);
+      // whatever failed (the snapshot, the worker's save, the buffer's write), the staged file goes
+      await buffered?.catch(() => undefined);
       await rm(staged, { force: true });
       throw err;
     }

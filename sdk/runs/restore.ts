@@ -11,8 +11,9 @@ import type { SetAsideCheckpoint } from "./errors.js";
 import type { RunCheckpoint, RunDirectory } from "./run-directory.js";
 
 /**
- * Worker error codes of a load that failed because of the checkpoint's files (missing, truncated, not fitting the
- * model); any other failure (a dead worker, a timeout) is the run's, not the checkpoint's, and is thrown as is.
+ * Worker error codes of a load that failed because of the checkpoint's files (missing, truncated, unreadable); any
+ * other failure is thrown as is: a dead worker or a timeout is the run's, and `CHECKPOINT_MISMATCH` (a whole
+ * checkpoint of another setup: optimizer, LoRA, parameter shapes) would fail the same way for every older one.
  */
 const UNREADABLE_CODES: ReadonlySet<string> = new Set(["CHECKPOINT_INVALID", "CHECKPOINT_NOT_FOUND"]);
 

@@ -1,9 +1,10 @@
 /**
  * `TrainingRun`, what every whole-run recipe (`GRPOTrainer`, `SFTTrainer`) offers, and `RunBase`, that face written
  * once over the step loop (`RunLoop`) and its supervision (`Supervisor`): each recipe adds only its setup, its step,
- * its evaluation, its checkpoint, the closing of its own parts and their rebuilding after a worker failure.
+ * its evaluation, its checkpoint, the closing of its own parts and how it builds them again after a worker failure.
  */
 import type { Trainer } from "../trainers/trainer.js";
+import type { WorkerPool } from "../workers/pool.js";
 import { TrainerClosedError } from "./errors.js";
 import type { EvalRecord, StepRecord, TrainSummary } from "./records.js";
 import type { RunDirectory } from "./run-directory.js";
@@ -91,7 +92,11 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   readonly #name: string;
   readonly #loop: RunLoop;
   readonly #supervisor: Supervisor;
+  /** Aborted by the run's signal or `stop()`/`close()`: a restart in progress then ends the run instead. */
+  readonly #stopping = new AbortController();
   #trainer: Trainer;
+  /** Whether the current parts are closed (by `close()`, or by a restart before it builds new ones). */
+  #partsClosed = false;
 
   protected constructor(parts: RunBaseParts<C>) {
     this.config = parts.config;
@@ -109,6 +114,7 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
           console.warn(line);
         }),
       notRestartable: parts.notRestartable,
+      signal: parts.signal === undefined ? this.#stopping.signal : AbortSignal.any([parts.signal, this.#stopping.signal]),
       workers: parts.workers,
     });
     this.#loop = new RunLoop({
@@ -129,10 +135,20 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
       saveCheckpoint: (dir, step) => this.saveCheckpoint(dir, step),
       evalLine: parts.evalLine,
       recover: (error, step) =>
-        this.#supervisor.recover(error, step, async () => {
-          const rebuilt = await this.rebuildParts();
-          this.#trainer = rebuilt.trainer;
-          return rebuilt.startStep;
+        this.#supervisor.recover(error, step, {
+          close: async () => {
+            // a dead worker fails the closing of what it held: the pool the run started is closed whatever happens
+            const { pool, owned } = this.workerPool();
+            await this.#closeParts().catch(async () => {
+              if (owned) await pool.close();
+            });
+          },
+          build: async () => {
+            const rebuilt = await this.restartParts();
+            this.#partsClosed = false;
+            this.#trainer = rebuilt.trainer;
+            return rebuilt.startStep;
+          },
         }),
     });
   }
@@ -186,6 +202,7 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
 
   /** Finishes the current step, saves a checkpoint and the report, and ends `run()` cleanly. */
   async stop(): Promise<void> {
+    this.#stopping.abort();
     await this.#loop.stop();
   }
 
@@ -198,7 +215,15 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   /** Stops a running loop, then closes the run's own parts (once; later calls do nothing). */
   async close(): Promise<void> {
     if (this.#loop.closed) return;
+    this.#stopping.abort();
     await this.#loop.close();
+    await this.#closeParts();
+  }
+
+  /** Closes the current parts once (a restart may have closed them already). */
+  async #closeParts(): Promise<void> {
+    if (this.#partsClosed) return;
+    this.#partsClosed = true;
     await this.closeParts();
   }
 
@@ -216,13 +241,16 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   /** Writes the checkpoint of `step` into `dir` (weights, optimizer and the data position). */
   protected abstract saveCheckpoint(dir: string, step: number): Promise<void>;
 
-  /** Releases what the subclass holds (envs, weight sync, workers or its models in a given pool). */
+  /** Releases what the subclass holds (envs, weight sync, workers or its models in a given pool); called once per build. */
   protected abstract closeParts(): Promise<void>;
 
+  /** The pool the current parts run on, and whether the run started it (a restart then closes it whatever happens). */
+  protected abstract workerPool(): { readonly pool: WorkerPool; readonly owned: boolean };
+
   /**
-   * After a worker failure: closes the parts (their dead workers included), starts fresh workers and builds the parts
-   * again as a resume does, from the last checkpoint (or from scratch when there is none); resolves with the new
-   * trainer and the checkpoint's step.
+   * After a worker failure, once the parts are closed: starts fresh workers and builds the parts again as a resume
+   * does, from the last checkpoint (or from scratch when there is none), and installs them; resolves with the new
+   * trainer and the step it resumed from.
    */
-  protected abstract rebuildParts(): Promise<{ trainer: Trainer; startStep: number }>;
+  protected abstract restartParts(): Promise<{ trainer: Trainer; startStep: number }>;
 }

@@ -8,7 +8,7 @@ import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from "nod
 import { join, resolve } from "node:path";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import type { z } from "zod";
-import { isRunEvent, parseJSONLines, readOptional, writeReport, type MetricRecord, type RunEvent, type SampleRecord } from "../reports/index.js";
+import { parseJSONLines, readOptional, writeReport, type MetricRecord, type RunEvent, type SampleRecord } from "../reports/index.js";
 import { NoCheckpointError, RunConfigMismatchError, RunDirectoryError, type SetAsideCheckpoint } from "./errors.js";
 
 /** A checkpoint of the run: its step and directory. */
@@ -20,6 +20,8 @@ export interface RunCheckpoint {
 const CHECKPOINT_NAME = /^step-(\d+)$/;
 /** The weight files `save_pretrained` writes: whole or sharded, a full model or a LoRA adapter. */
 const WEIGHT_FILE = /^(?:model|adapter_model)(?:-\d+-of-\d+)?\.safetensors$/;
+/** A file staged beside the checkpoint of its step until that checkpoint is in place ({@link RunDirectory.stagingPath}). */
+const STAGED_NAME = /^\.step-\d+\.[^/]+\.tmp$/;
 /** The suffix of a checkpoint set aside as unreadable (it no longer matches {@link CHECKPOINT_NAME}). */
 const SET_ASIDE_SUFFIX = ".corrupt";
 
@@ -109,6 +111,14 @@ export class RunDirectory {
   }
 
   /**
+   * Where the run stages `file` of the checkpoint of `step` (`checkpoints/.step-<N>.<file>.tmp`) until the checkpoint
+   * is in place; a resume deletes any left over.
+   */
+  stagingPath(step: number, file: string): string {
+    return join(this.checkpointsPath, `.step-${String(step)}.${file}.tmp`);
+  }
+
+  /**
    * Prepares the directory for a run and tells whether there is a run to resume (`resume` itself: a resume never
    * silently starts over). A fresh run (`resume` false) needs a directory without `metrics.jsonl` (a
    * `RunDirectoryError` otherwise: resume it or pick another directory). A resume needs `config.yaml` and at least one
@@ -126,7 +136,14 @@ export class RunDirectory {
       throw new NoCheckpointError(this.path, "it holds no run (no config.yaml)", "run without resume (--resume), or check the runDir");
     }
     if ((await this.checkpoints()).length === 0) throw this.#noCheckpoint("it holds no checkpoint (the run stopped before its first save)", [], hasMetrics);
+    await this.#sweepStaged();
     return true;
+  }
+
+  /** Deletes the files a killed run left staged ({@link stagingPath}); nothing else in `checkpoints/`. */
+  async #sweepStaged(): Promise<void> {
+    const entries = await readdir(this.checkpointsPath, { withFileTypes: true });
+    for (const e of entries) if (e.isFile() && STAGED_NAME.test(e.name)) await rm(join(this.checkpointsPath, e.name), { force: true });
   }
 
   /**
@@ -177,11 +194,6 @@ export class RunDirectory {
   async appendEvent(event: RunEvent): Promise<void> {
     await appendLines(this.eventsPath, [jsonLine(event)]);
     await syncFile(this.eventsPath);
-  }
-
-  /** The events of `events.jsonl`, oldest first (none when there is no such file). */
-  async readEvents(): Promise<RunEvent[]> {
-    return parseJSONLines((await readOptional(this.eventsPath)) ?? "", "events.jsonl").filter(isRunEvent);
   }
 
   /** The records of `metrics.jsonl` (a torn last line is skipped). */

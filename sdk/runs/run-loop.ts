@@ -2,7 +2,8 @@
  * The step loop under `RunBase`, so under every whole run: counts steps, runs held-out evaluations on schedule,
  * appends `metrics.jsonl` and `samples.jsonl`, logs a plain line per step, writes and prunes checkpoints, and handles
  * `stop()` and the abort signal (finish the step, checkpoint, report, end cleanly). A failure inside a step goes to
- * `recover` (the supervisor): when it answers with a checkpoint's step, the loop goes back to it and goes on.
+ * `recover` (the supervisor): when it answers with a checkpoint's step, the loop goes back to it and goes on; when it
+ * answers `null` (stopped during the restart), the run ends at its last checkpoint.
  */
 import { InvalidArgumentError } from "../core/errors.js";
 import type { SampleRecord } from "../reports/index.js";
@@ -42,10 +43,11 @@ export interface RunLoopOptions {
   /**
    * Called with the error of a failed step (its training, evaluation, logging or checkpoint; `step` is its number, 0
    * for the evaluation before the first step): restarts what failed and resolves with the step of the checkpoint the
-   * run continues from (its later lines already dropped from `metrics.jsonl`), or rejects to end the run. Without it a
-   * failure ends the run.
+   * run continues from (its later lines already dropped from `metrics.jsonl`), or rejects to end the run; `null`: the
+   * run was asked to stop meanwhile, and ends cleanly at its last checkpoint, as a stop does (the steps after it were
+   * lost with their workers). Without it a failure ends the run.
    */
-  recover?(error: unknown, step: number): Promise<number>;
+  recover?(error: unknown, step: number): Promise<number | null>;
 }
 
 const fmt = (v: number | null | undefined, digits = 3): string => (typeof v === "number" && Number.isFinite(v) ? v.toFixed(digits) : "-");
@@ -151,7 +153,15 @@ export class RunLoop {
           break;
         } catch (err) {
           if (o.recover === undefined) throw err;
-          this.#rewind(await o.recover(err, current));
+          const resumed = await o.recover(err, current);
+          if (resumed !== null) {
+            this.#rewind(resumed);
+            continue;
+          }
+          // stopped while restarting: the last checkpoint is what is left (nothing more to save)
+          this.#stopRequested = true;
+          this.#step = this.#lastCheckpoint?.step ?? 0;
+          break;
         }
       }
     } catch (err) {

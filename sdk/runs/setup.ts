@@ -62,15 +62,30 @@ export function poolDevice(devices: readonly RunDevice[]): RunDevice {
   return devices.length > 0 && devices.every((d) => d === "cpu") ? "cpu" : "auto";
 }
 
+/** Extra options for the pools a run starts itself (test-only, see {@link POOL_OPTIONS}). */
+export type RunPoolOptions = Pick<WorkerPoolOptions, "extensions" | "env">;
+
 /**
- * Test-only, internal (not exported from the package): extra options for the pools runs start themselves, such as the
- * fault-injection worker extension of test/ts/supervision.test.ts, which must reach the workers of every restart too.
+ * Test-only, internal (not exported from the package): the key of `create`'s options under which a test hands extra
+ * options to the pools the run starts, such as the fault-injection worker extension of test/ts/supervision.test.ts,
+ * which must reach the workers of every restart too. A symbol: the options schema lets it through without keeping
+ * it, and no documented option or type names it.
+ *
+ * ```ts
+ * const options = { [POOL_OPTIONS]: { extensions: [faults] } };
+ * await GRPOTrainer.create(config, options);
+ * ```
  */
-export const poolTestHooks: { options: Pick<WorkerPoolOptions, "extensions" | "env"> | undefined } = { options: undefined };
+export const POOL_OPTIONS: unique symbol = Symbol("posttrain.runPoolOptions");
+
+/** The pool options `options` carries under {@link POOL_OPTIONS}, if any. */
+export function poolOptionsOf(options: object): RunPoolOptions | undefined {
+  return (options as { readonly [POOL_OPTIONS]?: RunPoolOptions })[POOL_OPTIONS];
+}
 
 /**
  * The workers of a run: `pool` when given, else `count` local workers on `device` (default the model's; each role
- * then loads its models on its own device, see {@link loadPolicy}).
+ * then loads its models on its own device, see {@link loadPolicy}), with `extra` options (tests only).
  */
 export async function openPool(
   model: ModelConfig,
@@ -78,12 +93,13 @@ export async function openPool(
   pool: WorkerPool | undefined,
   signal: AbortSignal | undefined,
   device: RunDevice = model.device,
+  extra?: RunPoolOptions,
 ): Promise<{ pool: WorkerPool; owned: boolean }> {
   if (pool !== undefined) {
     if (pool.size < count) throw new InvalidArgumentError(`options.pool: the run needs ${count} workers, the pool has ${pool.size}`);
     return { pool, owned: false };
   }
-  const opened = await WorkerPool.local({ ...poolTestHooks.options, workers: count, device, ...(signal !== undefined ? { signal } : {}) });
+  const opened = await WorkerPool.local({ ...extra, workers: count, device, ...(signal !== undefined ? { signal } : {}) });
   return { pool: opened, owned: true };
 }
 

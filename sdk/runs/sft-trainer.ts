@@ -19,7 +19,7 @@ import { restoreCheckpoint } from "./restore.js";
 import { RunBase } from "./run-base.js";
 import { RunDirectory } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
-import { createPolicyTrainer, loadPolicy, logger, modelPath, openPool, POLICY_MODEL, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
+import { createPolicyTrainer, loadPolicy, logger, modelPath, openPool, POLICY_MODEL, poolOptionsOf, runLength, RunOptionsSchema, type RunOptions, type RunPoolOptions } from "./setup.js";
 import { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput, type SFTDataConfigSchema } from "./sft-config.js";
 import { loadConversations, renderConversations, SFTBatches, type SFTPosition } from "./sft-data.js";
 
@@ -39,6 +39,8 @@ interface Setup {
   readonly options: z.output<typeof SFTTrainerOptionsSchema>;
   readonly runDir: RunDirectory;
   readonly log: (line: string) => void;
+  /** Extra options for the pools the run starts (tests only: `POOL_OPTIONS`). */
+  readonly poolOptions: RunPoolOptions | undefined;
 }
 
 interface Parts {
@@ -71,7 +73,7 @@ function heldOutData(config: SFTTrainerConfig): SftData | null {
  */
 async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart"): Promise<Parts> {
   const { config: c, options: o, runDir, log } = s;
-  const { pool, owned } = await openPool(c.model, 1, o.pool, o.signal);
+  const { pool, owned } = await openPool(c.model, 1, o.pool, o.signal, c.model.device, s.poolOptions);
   try {
     const worker = pool.worker(0);
     const path = await modelPath(c.model, runDir, c.seed, log);
@@ -136,7 +138,6 @@ async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart"): Promi
 export class SFTTrainer extends RunBase<SFTTrainerConfig> {
   // built again after a restart (#install)
   #parts!: Parts;
-  #partsClosed = false;
   #evalPolicy!: TransformersWrapper;
 
   private constructor(parts: Parts) {
@@ -153,7 +154,6 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
 
   #install(parts: Parts): void {
     this.#parts = parts;
-    this.#partsClosed = false;
     this.#evalPolicy = new TransformersWrapper(parts.trainer.worker, {
       model: POLICY_MODEL,
       returnLogProbs: false,
@@ -173,13 +173,11 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     const resumable = await runDir.prepare(o.resume);
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS, SFTTrainerConfigSchema);
     await runDir.writeConfig(c);
-    return new SFTTrainer(await buildParts({ config: c, options: o, runDir, log: logger(o.log) }, resumable ? "resume" : "fresh"));
+    return new SFTTrainer(await buildParts({ config: c, options: o, runDir, log: logger(o.log), poolOptions: poolOptionsOf(options) }, resumable ? "resume" : "fresh"));
   }
 
   /** Stops the worker it started (or drops its trainer and model from `pool`). */
   protected override async closeParts(): Promise<void> {
-    if (this.#partsClosed) return;
-    this.#partsClosed = true;
     const p = this.#parts;
     await p.evalEnv?.close();
     if (p.ownsPool) {
@@ -190,15 +188,15 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     for (const name of [POLICY_MODEL, "ref"]) await p.trainer.worker.unloadModel(name).catch(() => undefined);
   }
 
-  /** After a worker failure: closes everything (the dead worker too) and builds it again from the last checkpoint. */
-  protected override async rebuildParts(): Promise<{ trainer: Trainer; startStep: number }> {
-    const p = this.#parts;
-    await this.closeParts().catch(async () => {
-      if (p.ownsPool) await p.pool.close();
-    });
-    const parts = await buildParts(p.setup, "restart");
+  protected override workerPool(): { pool: WorkerPool; owned: boolean } {
+    return { pool: this.#parts.pool, owned: this.#parts.ownsPool };
+  }
+
+  /** After a worker failure (the parts closed): builds them again on fresh workers from the last checkpoint. */
+  protected override async restartParts(): Promise<{ trainer: Trainer; startStep: number }> {
+    const parts = await buildParts(this.#parts.setup, "restart");
     this.#install(parts);
-    return { trainer: parts.trainer, startStep: parts.startStep };
+    return parts;
   }
 
   /** One optimizer step on the next batch of examples. */

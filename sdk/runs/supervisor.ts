@@ -1,13 +1,13 @@
 /**
  * `Supervisor`: what a whole run does when one of its workers dies or stops answering (TorchTitan / torchft style:
- * the run owns its workers). It tells a worker failure from any other error, writes an event to `events.jsonl` (and a
- * line to the log), waits with exponential backoff, has the run rebuild its parts from the last checkpoint on fresh
- * workers, and gives up after `supervision.maxRestarts` restarts in a row with a `RunWorkerLostError` that says how
- * to resume. See docs/trainers.md, "Supervision and restarts".
+ * the run owns its workers). It tells a worker failure from any other error, closes the run's parts (and so releases
+ * the surviving workers at once), logs a line, waits with exponential backoff, has the run build its parts again from
+ * the last checkpoint on fresh workers, then writes an event to `events.jsonl` with the step it resumed from; it gives
+ * up after `supervision.maxRestarts` restarts in a row with a `RunWorkerLostError` that says how to resume. An abort
+ * of the run's signal during a restart ends the run as a stop does. See docs/trainers.md, "Supervision and restarts".
  */
 import type { z } from "zod";
-import { WorkerDiedError } from "../../bridge/errors.js";
-import { isWorkerLoss } from "../collectors/generator-pool.js";
+import { findCause, isWorkerLoss, WorkerDiedError } from "../../bridge/errors.js";
 import type { RunEvent, RunEventKind } from "../reports/index.js";
 import type { WorkerClient } from "../workers/client.js";
 import type { SupervisionConfigSchema } from "./config-blocks.js";
@@ -17,9 +17,15 @@ import type { RunDirectory } from "./run-directory.js";
 /** The resolved `supervision` block of a run config. */
 export type SupervisionSettings = z.output<typeof SupervisionConfigSchema>;
 
+/** What the supervisor reads of a worker: its name and whether its connection is alive. */
+export interface SupervisedWorker {
+  readonly name: WorkerClient["name"];
+  readonly connection: { readonly alive: boolean };
+}
+
 /** A worker of the run and its role (`"trainer"`, `"generator"`, `"reference"`). */
 export interface RoleWorker {
-  readonly worker: WorkerClient;
+  readonly worker: SupervisedWorker;
   readonly role: string;
 }
 
@@ -32,8 +38,18 @@ export interface SupervisorOptions {
   readonly log: (line: string) => void;
   /** Why the run cannot restart its workers (they are the caller's), or `undefined` when it can. */
   readonly notRestartable: string | undefined;
-  /** The run's workers now, with their roles (to name the one that failed). */
+  /** Aborted when the run is to stop: a restart in progress then ends the run cleanly instead. */
+  readonly signal: AbortSignal | undefined;
+  /** The run's workers now, with their roles (to name the one that failed); not those it already dropped. */
   workers(): readonly RoleWorker[];
+}
+
+/** How a run restarts: `close` releases its parts and workers (never throws), `build` starts fresh ones and resumes. */
+export interface RestartSteps {
+  /** Closes the run's parts and its pool, whatever state their workers are in. */
+  close(): Promise<void>;
+  /** Starts fresh workers, builds the parts from the last checkpoint (or from scratch); resolves with its step. */
+  build(): Promise<number>;
 }
 
 /** How long a worker's exit takes to reach its connection after another worker's call failed because of it (ms). */
@@ -43,6 +59,21 @@ const EXIT_GRACE_MS = 300;
 const STDERR_LINES = 12;
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Waits `ms`, or less when `signal` is aborted meanwhile. */
+function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (signal === undefined) return sleep(ms);
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
 
 /** The run's restarts (see the module notes). */
 export class Supervisor {
@@ -69,17 +100,23 @@ export class Supervisor {
   }
 
   /**
-   * Handles the failure `error` of step `step`: a worker failure restarts the run with `rebuild` (which closes the
-   * run's parts, starts fresh workers and resumes from the last checkpoint, resolving with its step), after a backoff,
-   * as many times as allowed; anything else is rethrown as it is.
+   * Handles the failure `error` of step `step`: a worker failure restarts the run (`restart.close`, a backoff,
+   * `restart.build`, resolving with the step it resumed from), as many times as allowed; anything else is rethrown as
+   * it is. Resolves with `null` (no restart made or counted) when the run's signal is aborted before or
+   * during the restart: the run then ends at its last checkpoint, as a stop does.
    */
-  async recover(error: unknown, step: number, rebuild: () => Promise<number>): Promise<number> {
+  async recover(error: unknown, step: number, restart: RestartSteps): Promise<number | null> {
     if (!(await this.#isWorkerFailure(error))) throw error;
+    const { settings, notRestartable, name, signal } = this.#o;
+    const aborted = (): boolean => signal?.aborted === true; // read afresh after each await
     let failure = error;
+    // named before the parts are closed (closing ends every worker's connection); a failure while restarting is of
+    // a fresh worker the run does not hold yet, and goes unnamed
+    let who = this.#failedWorker();
     for (;;) {
-      const { settings, notRestartable, name } = this.#o;
+      if (aborted()) return this.#stopped(step);
       if (notRestartable !== undefined) {
-        await this.#event("gave_up", step, failure, { attempt: null, backoffMs: null, resumeStep: null });
+        await this.#event("gave_up", step, failure, { attempt: null, backoffMs: null, resumeStep: null }, who);
         throw new RunWorkerLostError(`${name}: a worker failed and the run cannot restart it (${notRestartable})`, {
           restarts: this.#restarts,
           step,
@@ -88,36 +125,58 @@ export class Supervisor {
         });
       }
       if (this.#attempt >= settings.maxRestarts) {
-        await this.#event("gave_up", step, failure, { attempt: null, backoffMs: null, resumeStep: null });
+        await this.#event("gave_up", step, failure, { attempt: null, backoffMs: null, resumeStep: null }, who);
         throw new RunWorkerLostError(
           `${name}: gave up after ${String(this.#restarts)} restart(s) (supervision.maxRestarts = ${String(settings.maxRestarts)})`,
           { restarts: this.#restarts, step, resumeWith: this.#resumeWith(), cause: failure },
         );
       }
-      this.#attempt += 1;
-      this.#restarts += 1;
-      this.#healthy = 0;
-      const backoffMs = Math.min(settings.maxBackoffMs, settings.backoffMs * 2 ** (this.#attempt - 1));
-      const resumeStep = (await this.#o.runDir.latestCheckpoint())?.step ?? 0;
-      await this.#event("restart", step, failure, { attempt: this.#attempt, backoffMs, resumeStep });
-      await sleep(backoffMs);
+      const attempt = this.#attempt + 1;
+      const backoffMs = Math.min(settings.maxBackoffMs, settings.backoffMs * 2 ** (attempt - 1));
+      const planned = this.#failure("restart", step, failure, { attempt, backoffMs, resumeStep: null }, who);
+      this.#o.log(`${name}: ${describe(planned)}`);
+      await restart.close(); // the surviving workers are released now, not after the backoff
+      await abortableSleep(backoffMs, signal);
+      if (aborted()) return this.#stopped(step);
+      let resumed: number;
       try {
-        const resumed = await rebuild();
-        this.#o.log(`${name}: restarted (attempt ${String(this.#attempt)}), continuing from step ${String(resumed)}`);
-        return resumed;
+        resumed = await restart.build();
       } catch (err) {
+        // the start was aborted (the run is stopping): not a failure of the restart
+        if (aborted() && codeOf(err) === "WORKER_START_FAILED") return this.#stopped(step);
         // a worker lost (or not started) while restarting counts as one more failure; anything else ends the run
-        if (!isWorkerLoss(err) && (err as { code?: unknown } | null)?.code !== "WORKER_START_FAILED") throw err;
+        if (!isWorkerLoss(err) && codeOf(err) !== "WORKER_START_FAILED") throw err;
+        this.#counted(attempt);
+        await this.#o.runDir.appendEvent(planned); // resumed from nothing: resumeStep stays null
         failure = err;
+        who = undefined;
+        continue;
       }
+      this.#counted(attempt);
+      await this.#o.runDir.appendEvent({ ...planned, resumeStep: resumed });
+      this.#o.log(`${name}: restarted (attempt ${String(attempt)}), continuing from step ${String(resumed)}`);
+      return resumed;
     }
+  }
+
+  /** A restart attempt was made: counts it, and the healthy steps start again. */
+  #counted(attempt: number): void {
+    this.#attempt = attempt;
+    this.#restarts += 1;
+    this.#healthy = 0;
+  }
+
+  /** The run was asked to stop during a restart: says so; the recovery resolves with `null`. */
+  #stopped(step: number): null {
+    this.#o.log(`${this.#o.name}: stopped while restarting after the failure at step ${String(step)}; the run ends at its last checkpoint`);
+    return null;
   }
 
   /**
    * Records that generator worker `worker` was dropped while the others took its rows (the run goes on without it
    * until its next restart).
    */
-  async generatorLost(step: number, worker: WorkerClient, error: unknown): Promise<void> {
+  async generatorLost(step: number, worker: SupervisedWorker, error: unknown): Promise<void> {
     await this.#event("generator_failure", step, error, { attempt: null, backoffMs: null, resumeStep: null }, { worker, role: "generator" });
   }
 
@@ -139,6 +198,7 @@ export class Supervisor {
     return `${name}.create(config, { resume: true }) with runDir ${JSON.stringify(runDir.path)}, or on the command line: posttrain ${command} --config <the run's config file> --resume`;
   }
 
+  /** Writes the event of `error` to `events.jsonl` and logs its line. */
   async #event(
     kind: RunEventKind,
     step: number,
@@ -146,10 +206,17 @@ export class Supervisor {
     restart: Pick<RunEvent, "attempt" | "backoffMs" | "resumeStep">,
     who: RoleWorker | undefined = this.#failedWorker(),
   ): Promise<void> {
+    const event = this.#failure(kind, step, error, restart, who);
+    await this.#o.runDir.appendEvent(event);
+    this.#o.log(`${this.#o.name}: ${describe(event)}`);
+  }
+
+  /** The event of `error` (at this time, of worker `who`). */
+  #failure(kind: RunEventKind, step: number, error: unknown, restart: Pick<RunEvent, "attempt" | "backoffMs" | "resumeStep">, who: RoleWorker | undefined): RunEvent {
     const died = findCause(error, (e): e is WorkerDiedError => e instanceof WorkerDiedError);
     const stderrTail = (died?.stderrTail ?? "").trimEnd().split("\n").slice(-STDERR_LINES).join("\n");
-    const code = (error as { code?: unknown } | null)?.code;
-    const event: RunEvent = {
+    const code = codeOf(error);
+    return {
       time: new Date().toISOString(),
       kind,
       step,
@@ -162,15 +229,13 @@ export class Supervisor {
       message: error instanceof Error ? error.message.split("\n")[0]! : String(error),
       ...restart,
     };
-    await this.#o.runDir.appendEvent(event);
-    this.#o.log(`${this.#o.name}: ${describe(event)}`);
   }
 }
 
-/** The first error in `error`'s cause chain that `is` accepts. */
-function findCause<T>(error: unknown, is: (e: unknown) => e is T): T | undefined {
-  for (let e = error, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) if (is(e)) return e;
-  return undefined;
+/** The `code` of an error, if it has a string one. */
+function codeOf(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? code : undefined;
 }
 
 /** The log line of an event. */
@@ -179,7 +244,7 @@ function describe(e: RunEvent): string {
   const how = e.signal !== null ? `killed by ${e.signal}` : e.exitCode !== null ? `exited with code ${String(e.exitCode)}` : e.cause;
   const what =
     e.kind === "restart"
-      ? `restarting the workers in ${String(e.backoffMs)} ms from the checkpoint of step ${String(e.resumeStep)} (attempt ${String(e.attempt)})`
+      ? `restarting the workers in ${String(e.backoffMs)} ms from the last checkpoint (attempt ${String(e.attempt)})`
       : e.kind === "generator_failure"
         ? "its rows go to the other generators until the next restart"
         : "giving up";

@@ -3,7 +3,8 @@ processes given a pool secret and CURVE keys on stdin, and foreign raw pyzmq cli
 
 - ipc: a client that reaches the socket file but lacks the secret gets ``UNAUTHENTICATED`` for every method
   (``shutdown``, ``save_checkpoint``, ``load_model``...), heartbeat and cancel, and the worker keeps serving;
-  a wrong, missing or malformed secret is refused the same way.
+  a wrong, missing or malformed secret is refused the same way. Admission belongs to the client's routing
+  identity, so a reconnect with the same identity stays admitted.
 - tcp: a client without the pool's CURVE client key (plain, or CURVE with another key) gets nothing at all,
   and the worker keeps serving the real client; worker-to-worker weight transfer over tcp uses the keys too.
 - Start-up: a non-loopback tcp address without keys, or no secret without ``--insecure``, is an error raised
@@ -18,6 +19,7 @@ import secrets
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,6 +256,45 @@ def test_admission_is_per_client(zctx: zmq.Context, ipc_worker: AuthWorker) -> N
         real.close()
 
 
+def client_as(context: zmq.Context, endpoint: str, identity: bytes) -> Client:
+    """A raw client whose DEALER sets ``ZMQ_ROUTING_ID`` (as the SDK's does, to 32 random hex characters)."""
+    client = Client.__new__(Client)
+    client.socket = context.socket(zmq.DEALER)
+    client.socket.setsockopt(zmq.LINGER, 0)
+    client.socket.setsockopt(zmq.ROUTING_ID, identity)
+    client.socket.connect(endpoint)
+    client.sent = []
+    return client
+
+
+def test_an_admitted_identity_stays_admitted_across_a_reconnect(
+    zctx: zmq.Context, ipc_worker: AuthWorker
+) -> None:
+    identity = secrets.token_hex(16).encode()
+    first = client_as(zctx, ipc_worker.endpoint, identity)
+    assert ok(handshake(first, ipc_worker.keys.secret))["protocolVersion"] == PROTOCOL_VERSION
+    first.close()
+    # A ROUTER ignores a peer claiming an identity it still holds: retry until it has seen the old one go.
+    for _ in range(10):
+        time.sleep(0.1)  # ZeroMQ's own reconnect interval
+        again = client_as(zctx, ipc_worker.endpoint, identity)
+        again.request("ping")
+        if again.socket.poll(1000):
+            break
+        again.close()
+    else:
+        raise AssertionError("the reconnected client got no reply")
+    try:
+        assert ok(again.recv()[0]) == {}  # no second handshake
+    finally:
+        again.close()
+    other = client_as(zctx, ipc_worker.endpoint, secrets.token_hex(16).encode())
+    try:
+        error(other.call("ping")[0], UNAUTHENTICATED)
+    finally:
+        other.close()
+
+
 # ---- tcp: CURVE ----------------------------------------------------------------------------------------
 
 
@@ -359,6 +400,18 @@ def test_weight_transfer_without_keys_refuses_a_non_loopback_host_before_binding
     with pytest.raises(WorkerFailure, match="non-loopback address needs the pool's CURVE keys") as raised:
         zmq_transfer.Listener("tcp", "0.0.0.0")  # raises before a socket exists: nothing is bound
     assert raised.value.code == "BAD_ARGUMENTS"
+
+
+def test_a_failed_transfer_bind_leaks_neither_its_socket_nor_its_zap_domain(transfer_keys: CurveKeys) -> None:
+    zap = zmq_transfer._zap_handler()  # started first: its own socket is not a leak
+    context = zmq_transfer.context()
+    before = {s for s in context._sockets if not s.closed}
+    with pytest.raises(zmq.ZMQError) as raised:
+        zmq_transfer.Listener("tcp", "192.0.2.1")  # TEST-NET-1, on no interface: the bind fails after allow()
+    # ``raised`` holds the failed Listener alive, so a leaked socket would still be open here.
+    assert raised.value.errno == zmq.EADDRNOTAVAIL
+    assert {s for s in context._sockets if not s.closed} <= before
+    assert not [d for d in zap._allowed if d.startswith(zmq_transfer.ZAP_DOMAIN_PREFIX.encode())]
 
 
 # ---- start-up ------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""Bad input at the door: nesting-depth limits, the socket's frame-size limit, the cap on requests in flight.
+"""Bad input at the door: nesting-depth and envelope-size limits, the socket's frame-size limit, the cap on
+requests in flight.
 
-One real worker (``--max-payload-bytes 1 MiB --max-in-flight 3``, with the test extension's ``compute_for``)
+One real worker (``--max-payload-bytes 2 MiB --max-in-flight 3``, with the test extension's ``compute_for``)
 serves every test; each checks that the worker answers (or drops the sender) and keeps serving.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,13 @@ import pytest
 import zmq
 from posttrain_worker import PROTOCOL_VERSION
 from posttrain_worker.protocol.depth import MAX_NESTING_DEPTH, depth_over_limit, nesting_depth
+from posttrain_worker.protocol.envelope import MAX_ENVELOPE_BYTES
 from posttrain_worker.server.config import MIN_FRAME_LIMIT_BYTES, ServerConfig
 from worker_harness import DIAGNOSTICS, LIVENESS, Client, Worker, error, ok, start_worker, stop_worker
 from zmq.utils.monitor import recv_monitor_message
 
-MAX_PAYLOAD = MIN_FRAME_LIMIT_BYTES  # 1 MiB: the socket's frame limit is the same
+# 2 MiB, the socket's frame limit too: above the envelope cap, so an envelope over the cap reaches the parser.
+MAX_PAYLOAD = 2 * MAX_ENVELOPE_BYTES
 MAX_IN_FLIGHT = 3
 
 
@@ -60,6 +64,49 @@ def test_nesting_depth_skips_strings_and_escapes() -> None:
     assert depth_over_limit("[" * MAX_NESTING_DEPTH + "]" * MAX_NESTING_DEPTH) is None
     over = MAX_NESTING_DEPTH + 1
     assert depth_over_limit("[" * over + "]" * over) == over
+
+
+def _unterminated(size: int, tail: str = "") -> str:
+    """``{"a":"\\"\\"...`` + ``tail``, ``size`` characters: a string that never ends (the worst case of a
+    string-skipping regex, which backtracks from every quote)."""
+    head = '{"a":"'
+    return head + '\\"' * ((size - len(head) - len(tail)) // 2) + tail
+
+
+def test_nesting_depth_is_linear_on_an_unterminated_string() -> None:
+    for tail in ("", "[" * 1000):
+        text = _unterminated(4 * 1024**2, tail)
+        started = time.monotonic()
+        assert nesting_depth(text) == 1  # the brackets are inside the string that never ends
+        assert depth_over_limit(text) is None
+        assert time.monotonic() - started < 5, "the depth check is not linear"
+
+
+def test_an_unterminated_string_in_a_1_mib_envelope_is_answered_promptly(client: Client) -> None:
+    # Checked before the secret: a quadratic depth check would stall the worker's I/O thread for an hour.
+    for tail in ("", "[" * 1000):
+        head = _unterminated(MAX_ENVELOPE_BYTES, tail).encode()
+        assert len(head) <= MAX_ENVELOPE_BYTES
+        client.send(head)
+        reply, _ = client.recv(timeout=10)
+        assert "not valid JSON" in error(reply, "BAD_ENVELOPE")
+    assert_serving(client)
+
+
+def test_an_envelope_over_its_cap_gets_bad_envelope_naming_size_and_limit(client: Client) -> None:
+    envelope = {"v": PROTOCOL_VERSION, "type": "request", "id": 31, "method": "ping", "args": {"note": ""}}
+    filler = MAX_ENVELOPE_BYTES + 1 - len(json.dumps(envelope))
+    envelope["args"] = {"note": "x" * filler}
+    head = json.dumps(envelope).encode()
+    assert len(head) == MAX_ENVELOPE_BYTES + 1  # under the socket's frame limit: it reaches the parser
+    client.send(head)
+    reply, _ = client.recv()
+    message = error(reply, "BAD_ENVELOPE")
+    assert f"{MAX_ENVELOPE_BYTES + 1} bytes" in message and str(MAX_ENVELOPE_BYTES) in message, message
+    assert reply["id"] is None  # refused unread
+    details = {"bytes": MAX_ENVELOPE_BYTES + 1, "maxEnvelopeBytes": MAX_ENVELOPE_BYTES}
+    assert reply["error"]["details"] == details
+    assert_serving(client)
 
 
 def _deep(levels: int) -> str:
@@ -110,6 +157,7 @@ def test_nesting_up_to_the_limit_is_parsed(client: Client) -> None:
 
 def test_frame_limit_is_the_payload_limit_with_a_floor() -> None:
     assert ServerConfig("ipc:///x", max_payload_bytes=10).max_frame_bytes == MIN_FRAME_LIMIT_BYTES
+    assert MIN_FRAME_LIMIT_BYTES >= MAX_ENVELOPE_BYTES  # an envelope up to its cap is answered, never cut
     assert ServerConfig("ipc:///x", max_payload_bytes=5 * 1024**3).max_frame_bytes == 5 * 1024**3
 
 

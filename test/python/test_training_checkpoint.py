@@ -130,7 +130,7 @@ def test_checkpoint_errors(tiny_dir: Path, tmp_path: Path) -> None:
         save(client, tmp_path / "ckpt")
         save(client, tmp_path / "ckpt")  # replacing a checkpoint is fine
         create(client, **{**CONFIG, "optimizer": {"type": "sgd", "lr": 0.1}})
-        assert "optimizer is 'adamw'" in load_checkpoint(tmp_path / "ckpt", "CHECKPOINT_INVALID")
+        assert "optimizer is 'adamw'" in load_checkpoint(tmp_path / "ckpt", "CHECKPOINT_MISMATCH")
         shutil.rmtree(tmp_path / "ckpt" / "dcp")
         create(client, **CONFIG)
         assert "missing dcp/" in load_checkpoint(tmp_path / "ckpt", "CHECKPOINT_INVALID")

@@ -4,7 +4,8 @@
 // the worker's OVERLOADED answer to its own error class.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
-import { generatePoolKeys, MAX_ARGS_DEPTH, MAX_NESTING_DEPTH, MIN_FRAME_LIMIT_BYTES, PROTOCOL_VERSION } from "../../bridge/index.js";
+import { generatePoolKeys, InMemoryTransport, MAX_NESTING_DEPTH, PROTOCOL_VERSION, RPCChannel } from "../../bridge/index.js";
+import { MAX_ARGS_DEPTH, MAX_ENVELOPE_BYTES, MIN_FRAME_LIMIT_BYTES } from "../../bridge/protocol/limits.js";
 import {
   InvalidArgumentError,
   PayloadTooLargeError,
@@ -154,7 +155,7 @@ describe("a worker fed malformed frames", () => {
     await expectStillServing();
   });
 
-  it("refuses, before sending, payloads over maxPayloadBytes and an envelope over the frame limit", async () => {
+  it("refuses, before sending, payloads over maxPayloadBytes and an envelope over the envelope limit", async () => {
     const worker = pool.worker(0);
     const big = { kind: "bytes" as const, data: new Uint8Array(MAX_PAYLOAD + 1) };
     const err = await worker.call("echo", {}, [big]).catch((e: unknown) => e);
@@ -163,10 +164,11 @@ describe("a worker fed malformed frames", () => {
     expect((err as PayloadTooLargeError).sizeBytes).toBe(MAX_PAYLOAD + 1);
     expect((err as PayloadTooLargeError).limitBytes).toBe(MAX_PAYLOAD);
     expect((err as PayloadTooLargeError).message).toContain(`${MAX_PAYLOAD + 1} bytes, over the worker's maxPayloadBytes of ${MAX_PAYLOAD}`);
-    // Args are not payloads, but the envelope is a frame: the socket would cut one over its limit.
-    const huge = await worker.call("echo", { note: "x".repeat(MIN_FRAME_LIMIT_BYTES) }).catch((e: unknown) => e);
+    // Args are not payloads: the worker reads no envelope over 1 MiB, whatever its maxPayloadBytes.
+    const huge = await worker.call("echo", { note: "x".repeat(MAX_ENVELOPE_BYTES) }).catch((e: unknown) => e);
     expect(huge).toBeInstanceOf(PayloadTooLargeError);
-    expect((huge as PayloadTooLargeError).limitBytes).toBe(MIN_FRAME_LIMIT_BYTES);
+    expect((huge as PayloadTooLargeError).limitBytes).toBe(MAX_ENVELOPE_BYTES);
+    expect((huge as PayloadTooLargeError).message).toContain(`over the worker's envelope limit of ${MAX_ENVELOPE_BYTES} bytes`);
     expect(worker.connection.alive).toBe(true);
     await expectStillServing();
   });
@@ -249,3 +251,28 @@ async function untilEvent(socket: Dealer, type: "connect" | "disconnect"): Promi
     clearTimeout(timer);
   }
 }
+
+describe("the typed client, before any worker sees it", () => {
+  it("refuses an envelope over 1 MiB whatever maxPayloadBytes, before the handshake too, and sends nothing", async () => {
+    const [client, peer] = InMemoryTransport.createPair();
+    const received: Uint8Array[][] = [];
+    peer.start({
+      message: (frames) => {
+        received.push(frames);
+      },
+      closed: () => undefined,
+    });
+    const channel = new RPCChannel(client, { name: "in-memory" });
+    const note = "x".repeat(MAX_ENVELOPE_BYTES);
+    for (const limits of [undefined, { maxPayloadBytes: 4 * 1024 ** 3 }]) {
+      if (limits !== undefined) channel.setLimits(limits);
+      const err = await channel.request("echo", { note }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(PayloadTooLargeError);
+      expect((err as PayloadTooLargeError).limitBytes).toBe(MAX_ENVELOPE_BYTES);
+    }
+    await Promise.resolve();
+    expect(received).toEqual([]);
+    expect(channel.inFlight).toBe(0);
+    await client.close();
+  });
+});

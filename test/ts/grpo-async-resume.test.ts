@@ -4,15 +4,15 @@
 // last collected batch: across the two runs every prompt is trained once. A run whose trainer worker is SIGKILLed
 // (the fault-injection extension) restarts from such a snapshot, with the same guarantee. Real workers (a trainer
 // and a generator), the tiny model, digit-sort.
-import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DigitSortEnv, GRPOTrainer, makeTinyModel, ReplayBuffer, WorkerPool, type GRPOTrainerConfigInput, type StepRecord, type TensorDict } from "../../sdk/index.js";
 import { BUFFER_FILE, CollectedSnapshotSchema, SNAPSHOT_FILE } from "../../sdk/runs/collected-snapshot.js";
 import { promptTexts } from "../../sdk/runs/evaluation.js";
 import { RunDirectory } from "../../sdk/runs/run-directory.js";
-import { poolTestHooks } from "../../sdk/runs/setup.js";
+import { POOL_OPTIONS } from "../../sdk/runs/setup.js";
 
 const FAULTS = resolve("test/python/extensions/fault_injection.py");
 const P = 2;
@@ -36,9 +36,6 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-afterEach(() => {
-  poolTestHooks.options = undefined;
-});
 
 const config = (runDir: string, extra: Partial<GRPOTrainerConfigInput> = {}): GRPOTrainerConfigInput => ({
   model: { path: modelPath, device: "cpu" },
@@ -149,21 +146,28 @@ describe("asynchronous GRPO checkpoints hold the collected rows", { timeout: 120
     await run.train();
     await run.close();
     await rm(join(runDir, "checkpoints", "step-2", SNAPSHOT_FILE)); // as a crash between the worker's save and the snapshot
+    // a buffer file staged by a save the crash cut short goes at the resume; a file not of that pattern stays
+    const staged = `.step-3.${BUFFER_FILE}.tmp`;
+    await writeFile(join(runDir, "checkpoints", staged), "partial");
+    await writeFile(join(runDir, "checkpoints", "notes.tmp"), "mine");
     const lines: string[] = [];
     const resumed = await GRPOTrainer.create(config(runDir, { steps: 2, checkpoint: { every: 1, keepLast: 3 } }), { pool, resume: true, log: (l) => lines.push(l) });
     expect(resumed.step).toBe(1);
     await resumed.close();
     expect(lines.some((l) => l.includes(`${SNAPSHOT_FILE} is missing`))).toBe(true);
-    expect(await readdir(join(runDir, "checkpoints"))).toContain("step-2.corrupt");
+    const names = await readdir(join(runDir, "checkpoints"));
+    expect(names).toContain("step-2.corrupt");
+    expect(names).toContain("notes.tmp");
+    expect(names).not.toContain(staged);
   });
 
   it("a run whose trainer worker is SIGKILLed restarts from the snapshot and trains every prompt once", async () => {
     const runDir = join(dir, "supervised");
     // the trainer worker dies in its 3rd optimizer step (step 3): the run restarts from step 2's checkpoint
     const marker = join(dir, "kill-marker");
-    poolTestHooks.options = { extensions: [FAULTS], env: { POSTTRAIN_TEST_FAULTS: JSON.stringify([{ point: "optimizer_step", at: 3, marker }]) } };
+    const faults = { [POOL_OPTIONS]: { extensions: [FAULTS], env: { POSTTRAIN_TEST_FAULTS: JSON.stringify([{ point: "optimizer_step", at: 3, marker }]) } } };
     const lines: string[] = [];
-    const run = await GRPOTrainer.create(config(runDir, { checkpoint: { every: 2, keepLast: 2 } }), { log: (l) => lines.push(l) });
+    const run = await GRPOTrainer.create(config(runDir, { checkpoint: { every: 2, keepLast: 2 } }), { ...faults, log: (l) => lines.push(l) });
     try {
       await run.train();
       expect(run.restarts).toBe(1);

@@ -119,6 +119,22 @@ describe("resume: unreadable checkpoints and no checkpoint", { timeout: 120_000 
     expect((await again.train()).steps).toBe(1);
   });
 
+  it("does not set aside a whole checkpoint of another setup: CHECKPOINT_MISMATCH ends the resume, every checkpoint kept", async () => {
+    const runDir = await trainedRun("mismatch", 2);
+    // both checkpoints say they were saved with SGD: whole files, another setup (what another config would give)
+    for (const step of [1, 2]) {
+      const path = join(checkpoint(runDir, `step-${String(step)}`), "trainer_state.json");
+      const state = JSON.parse(await readFile(path, "utf8")) as { optimizer: { type: string } };
+      await writeFile(path, JSON.stringify({ ...state, optimizer: { ...state.optimizer, type: "sgd" } }));
+    }
+    const lines: string[] = [];
+    const err = await SFTTrainer.create(config(runDir), { pool, resume: true, log: (line) => lines.push(line) }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: "CHECKPOINT_MISMATCH" });
+    expect((err as Error).message).toContain("the checkpoint's optimizer is 'sgd', this trainer's is 'adamw'");
+    expect(lines.filter((l) => l.includes("is unreadable"))).toEqual([]);
+    expect((await readdir(join(runDir, "checkpoints"))).sort()).toEqual(["step-1", "step-2"]);
+  });
+
   it("refuses a resume with no run or no checkpoint instead of starting over, before any model is loaded", async () => {
     const empty = join(dir, "empty");
     const noRun = await SFTTrainer.create(config(empty), { pool, resume: true }).catch((e: unknown) => e);

@@ -6,7 +6,7 @@
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   GRPOTrainer,
   RunWorkerLostError,
@@ -17,8 +17,8 @@ import {
   type GRPOTrainerConfigInput,
   type SFTTrainerConfigInput,
 } from "../../sdk/index.js";
-import { RunDirectory } from "../../sdk/runs/run-directory.js";
-import { poolTestHooks } from "../../sdk/runs/setup.js";
+import { readRunEvents } from "../../sdk/reports/report.js";
+import { POOL_OPTIONS, type RunPoolOptions } from "../../sdk/runs/setup.js";
 
 const FAULTS = resolve("test/python/extensions/fault_injection.py");
 
@@ -39,21 +39,21 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-afterEach(() => {
-  poolTestHooks.options = undefined;
-});
-
 type Point = "generate" | "optimizer_step" | "checkpoint_save";
 
 /**
- * Faults for the pools the run starts: each fires at the `at`-th time a worker reaches `point`, once (a marker file),
- * and SIGKILLs the worker (or, with `action: "hang"`, blocks its compute thread for good).
+ * Faults for the pools the run starts (`options`, given to `create` or spread into its options): each fires at the `at`-th time a
+ * worker reaches `point`, once (a marker file), and SIGKILLs the worker (or, with `action: "hang"`, blocks its
+ * compute thread for good).
  */
-function inject(name: string, faults: readonly { point: Point; at: number; action?: "kill" | "hang" }[]): string[] {
+function inject(
+  name: string,
+  faults: readonly { point: Point; at: number; action?: "kill" | "hang" }[],
+): { markers: string[]; options: { resume: false; [POOL_OPTIONS]: RunPoolOptions } } {
   const markers = faults.map((f, i) => join(dir, `${name}-markers`, `${String(i)}-${f.point}`));
   const spec = faults.map((f, i) => ({ ...f, marker: markers[i] }));
-  poolTestHooks.options = { extensions: [FAULTS], env: { POSTTRAIN_TEST_FAULTS: JSON.stringify(spec) } };
-  return markers;
+  // resume: false, a field the options type knows, lets the object pass for them
+  return { markers, options: { resume: false, [POOL_OPTIONS]: { extensions: [FAULTS], env: { POSTTRAIN_TEST_FAULTS: JSON.stringify(spec) } } } };
 }
 
 async function jsonLines(path: string): Promise<Record<string, unknown>[]> {
@@ -107,14 +107,14 @@ describe("supervision", { timeout: 180_000 }, () => {
 
     // worker process 1 dies saving step 2 (nothing to resume: it starts over), process 2 generating step 3
     // (resumes at 2), process 3 right after step 5's optimizer step (resumes at 4); process 4 finishes
-    const markers = inject("grpo", [
+    const { markers, options } = inject("grpo", [
       { point: "checkpoint_save", at: 1 },
       { point: "generate", at: 3 },
       { point: "optimizer_step", at: 3 },
     ]);
     const lines: string[] = [];
     const runDir = join(dir, "grpo-supervised");
-    await using run = await GRPOTrainer.create(grpoConfig(runDir), { log: (l) => lines.push(l) });
+    await using run = await GRPOTrainer.create(grpoConfig(runDir), { ...options, log: (l) => lines.push(l) });
     const summary = await run.train();
     expect(summary.steps).toBe(8);
     expect(run.restarts).toBe(3);
@@ -130,7 +130,7 @@ describe("supervision", { timeout: 180_000 }, () => {
     const samples = await jsonLines(join(runDir, "samples.jsonl"));
     expect(samples.map((s) => [s.step, s.prompt, s.completion])).toEqual((await jsonLines(join(baselineDir, "samples.jsonl"))).map((s) => [s.step, s.prompt, s.completion]));
 
-    const events = await new RunDirectory(runDir).readEvents();
+    const events = await readRunEvents(runDir);
     expect(events.map((e) => [e.kind, e.step, e.role, e.cause, e.signal, e.attempt, e.resumeStep])).toEqual([
       ["restart", 2, "trainer", "WORKER_DIED", "SIGKILL", 1, 0],
       ["restart", 3, "trainer", "WORKER_DIED", "SIGKILL", 2, 2],
@@ -152,19 +152,25 @@ describe("supervision", { timeout: 180_000 }, () => {
     await using baseline = await GRPOTrainer.create(generators(baselineDir), { pool });
     await baseline.train();
 
-    // every worker gets the fault; the marker lets only the first generator to sample die
-    const [marker] = inject("generators", [{ point: "generate", at: 1 }]);
+    // every worker gets the fault; the marker lets only the first generator to sample die. Step 3's log line then
+    // throws: an error that is not a worker's ends the run as it is, though the dropped generator's connection is dead
+    const { markers, options } = inject("generators", [{ point: "generate", at: 1 }]);
+    const logFailure = new Error("the log is full");
+    const log = (line: string): void => {
+      if (line.startsWith("step 3/")) throw logFailure;
+    };
     const runDir = join(dir, "generators-supervised");
-    await using run = await GRPOTrainer.create(generators(runDir));
-    await run.train();
+    await using run = await GRPOTrainer.create(generators(runDir), { ...options, log });
+    await expect(run.train()).rejects.toBe(logFailure);
     expect(run.restarts).toBe(0);
     expect(run.generatorPool.lost).toHaveLength(1);
-    const events = await new RunDirectory(runDir).readEvents();
+    const events = await readRunEvents(runDir);
     expect(events.map((e) => [e.kind, e.step, e.role, e.signal, e.worker])).toEqual([
       ["generator_failure", 1, "generator", "SIGKILL", `worker ${String(1 + run.generatorPool.lost[0]!)}`],
     ]);
-    expect(await readFile(marker!, "utf8")).toMatch(/^generate 1 pid/);
-    expect((await finalWeights(runDir, 3)).equals(await finalWeights(baselineDir, 3))).toBe(true);
+    expect(await readFile(markers[0]!, "utf8")).toMatch(/^generate 1 pid/);
+    // step 3 failed before its save: the weights of step 2 (after the drop) and the lines of all three steps match
+    expect((await finalWeights(runDir, 2)).equals(await finalWeights(baselineDir, 2))).toBe(true);
     const keys = EXACT.filter((k) => k !== "step");
     expect(pick(await jsonLines(join(runDir, "metrics.jsonl")), keys)).toEqual(pick(await jsonLines(join(baselineDir, "metrics.jsonl")), keys));
   });
@@ -176,12 +182,12 @@ describe("supervision", { timeout: 180_000 }, () => {
 
     // process 1 hangs after step 2's optimizer step (before the first checkpoint: it starts over); process 2 dies
     // after step 3's (resumes at 2); process 3 finishes
-    inject("sft", [
+    const { options } = inject("sft", [
       { point: "optimizer_step", at: 2, action: "hang" },
       { point: "optimizer_step", at: 3 },
     ]);
     const runDir = join(dir, "sft-supervised");
-    await using run = await SFTTrainer.create(sftConfig(runDir, { supervision: { backoffMs: 10, callWatchdogMs: 4000 } }));
+    await using run = await SFTTrainer.create(sftConfig(runDir, { supervision: { backoffMs: 10, callWatchdogMs: 4000 } }), options);
     await run.train();
     expect(run.restarts).toBe(2);
     expect(run.trainer.options.callWatchdogMs).toBe(4000); // the restarted trainer's calls are watched too
@@ -189,16 +195,16 @@ describe("supervision", { timeout: 180_000 }, () => {
     const metrics = await jsonLines(join(runDir, "metrics.jsonl"));
     const keys = ["step", "loss", "grad_norm", "lr", "epoch"];
     expect(pick(metrics, keys)).toEqual(pick(await jsonLines(join(baselineDir, "metrics.jsonl")), keys));
-    expect((await new RunDirectory(runDir).readEvents()).map((e) => [e.kind, e.step, e.cause, e.resumeStep])).toEqual([
+    expect((await readRunEvents(runDir)).map((e) => [e.kind, e.step, e.cause, e.resumeStep])).toEqual([
       ["restart", 2, "WORKER_HUNG", 0],
       ["restart", 3, "WORKER_DIED", 2],
     ]);
   });
 
   it("gives up after maxRestarts with a typed error saying how to resume, and does not restart a given pool", async () => {
-    inject("give-up", [{ point: "optimizer_step", at: 2 }]);
+    const { options } = inject("give-up", [{ point: "optimizer_step", at: 2 }]);
     const runDir = join(dir, "sft-give-up");
-    await using run = await SFTTrainer.create(sftConfig(runDir, { supervision: { maxRestarts: 0 } }));
+    await using run = await SFTTrainer.create(sftConfig(runDir, { supervision: { maxRestarts: 0 } }), options);
     const failure = await run.train().catch((e: unknown) => e);
     expect(failure).toBeInstanceOf(RunWorkerLostError);
     const lost = failure as RunWorkerLostError;
@@ -207,10 +213,9 @@ describe("supervision", { timeout: 180_000 }, () => {
     expect(lost.message).toMatch(/gave up after 0 restart\(s\) \(supervision\.maxRestarts = 0\)/);
     expect(lost.message).toContain(`SFTTrainer.create(config, { resume: true }) with runDir ${JSON.stringify(runDir)}`);
     expect(lost.message).toContain("posttrain sft --config <the run's config file> --resume");
-    expect((await new RunDirectory(runDir).readEvents()).map((e) => [e.kind, e.step, e.signal])).toEqual([["gave_up", 2, "SIGKILL"]]);
+    expect((await readRunEvents(runDir)).map((e) => [e.kind, e.step, e.signal])).toEqual([["gave_up", 2, "SIGKILL"]]);
 
     // the caller's pool: the run cannot restart it, and says so
-    poolTestHooks.options = undefined;
     const given = await WorkerPool.local({ device: "cpu", extensions: [FAULTS], env: { POSTTRAIN_TEST_FAULTS: JSON.stringify([{ point: "optimizer_step", at: 1, marker: join(dir, "given-marker") }]) } });
     try {
       await using inPool = await SFTTrainer.create(sftConfig(join(dir, "sft-given-pool")), { pool: given });

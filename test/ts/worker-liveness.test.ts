@@ -1,6 +1,8 @@
 // Liveness of real workers: a death is seen from the process's exit even while a grandchild holds its stderr, and a
 // per-call watchdog (connection default, per call, or a trainer's `callWatchdogMs`) fails the connection and kills a
-// worker whose compute thread hangs, unlike a plain timeout which gives up on one request only.
+// worker whose compute thread hangs, its process group with it, unlike a plain timeout which gives up on one request
+// only.
+import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -19,7 +21,7 @@ import {
 } from "../../sdk/index.js";
 import { computeFor, DIAGNOSTICS_EXTENSION } from "./diagnostics.js";
 
-/** The test-only faults: `hang` (a compute method that never returns) and `spawn_stderr_holder`. */
+/** The test-only faults: `hang` (a compute method that never returns), `spawn_stderr_holder`, `spawn_group_child`. */
 const LIVENESS_EXTENSION = resolve(import.meta.dirname, "../python/extensions/liveness.py");
 const EXTENSIONS = [DIAGNOSTICS_EXTENSION, LIVENESS_EXTENSION];
 
@@ -30,6 +32,26 @@ function isAlive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** True while `pid` runs: false once it is gone or a zombie (orphans may wait for a reaper that never comes). */
+function isRunning(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+/** Polls until `pid` no longer runs, for at most `timeoutMs`; whether it stopped. */
+async function stopsRunning(pid: number, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (isRunning(pid)) {
+    if (Date.now() > deadline) return false;
+    await delay(50);
+  }
+  return true;
 }
 
 /** Starts a call that blocks the worker's compute thread for good (its rejection is observed by the caller). */
@@ -76,9 +98,12 @@ describe("exit detection", () => {
 describe("per-call watchdog", () => {
   it("a timeout gives up on one call; the connection's watchdog fails the connection and kills a hung worker", async () => {
     const pool = await WorkerPool.local({ workers: 1, device: "cpu", extensions: EXTENSIONS, watchdogMs: 1000 });
+    let child: number | undefined;
     try {
       const worker = pool.worker(0);
       const proc = worker.connection.process!;
+      // A process the worker started in its own process group, as a vLLM engine is: the kill must reach it too.
+      child = z.object({ pid: z.number().int() }).parse((await worker.call("spawn_group_child")).result).pid;
       // Calls answered within the watchdog are untouched by it; a limit that is no number of ms is refused.
       expect(await computeFor(worker, 0.05)).toBeGreaterThan(0);
       await expect(worker.ping({ watchdogMs: -1 })).rejects.toThrow(/ping options\.watchdogMs: expected a non-negative number/);
@@ -101,10 +126,12 @@ describe("per-call watchdog", () => {
       expect((hung as WorkerHungError).message).toContain("1000 ms");
       expect(await unwatched).toBe(hung);
       expect(worker.connection.alive).toBe(false);
-      // The worker was killed by the client, not left hanging.
+      // The worker was killed by the client, not left hanging, and its process group with it.
       expect(await proc.exited).toEqual({ exitCode: null, signal: "SIGKILL" });
+      expect(await stopsRunning(child, 5000), "the worker's child outlived the kill").toBe(true);
       await expect(worker.ping()).rejects.toBe(hung);
     } finally {
+      if (child !== undefined && isRunning(child)) process.kill(child, "SIGKILL");
       await pool.close();
     }
   });

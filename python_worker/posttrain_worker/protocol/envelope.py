@@ -4,7 +4,8 @@ Mirrors ``bridge/protocol/envelope.ts``; the normative description is docs/proto
 trusts the client: every field is checked and a violation raises :class:`ProtocolViolation` whose message
 names the field, what was expected and what arrived, e.g. ``"id" must be a non-negative integer, got "abc"``.
 Unknown fields are ignored (forward compatibility), as zod does by default on the TypeScript side. A frame
-nested deeper than ``MAX_NESTING_DEPTH`` (``protocol/depth.py``) is refused before it is parsed.
+over ``MAX_ENVELOPE_BYTES`` or nested deeper than ``MAX_NESTING_DEPTH`` (``protocol/depth.py``) is refused
+before it is parsed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from posttrain_worker.codec.types import DTYPE_TO_TORCH
 from posttrain_worker.errors import render
 from posttrain_worker.protocol.depth import MAX_NESTING_DEPTH, depth_over_limit
 from posttrain_worker.protocol.errors import BAD_ENVELOPE, UNSUPPORTED_VERSION, ProtocolViolation
+
+MAX_ENVELOPE_BYTES = 1024**2
+"""1 MiB: the largest envelope (frame 0) a worker reads, whatever its ``--max-payload-bytes`` (big data
+travels in payload frames). Checked by size before any decoding; ``bridge/protocol/limits.ts`` holds the same
+number."""
 
 MAX_ID = 2**53 - 1
 """Largest request id: ids are JSON numbers, and TypeScript numbers are exact up to 2**53 - 1."""
@@ -132,6 +138,15 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 
 
 def _load_json(frame: bytes | bytearray | memoryview) -> Any:
+    size = memoryview(frame).nbytes
+    if size > MAX_ENVELOPE_BYTES:
+        raise ProtocolViolation(
+            BAD_ENVELOPE,
+            f"frame 0 (the envelope) is {size} bytes, over the limit of {MAX_ENVELOPE_BYTES} bytes "
+            "(send large data as payload frames)",
+            None,
+            {"bytes": size, "maxEnvelopeBytes": MAX_ENVELOPE_BYTES},
+        )
     raw = bytes(frame)
     if not raw:
         raise ProtocolViolation(BAD_ENVELOPE, "frame 0 (the envelope) is empty; expected a JSON object")

@@ -137,8 +137,11 @@ def check_protection(endpoint: Endpoint, auth: WorkerAuth | None, insecure: bool
 class SecretGate:
     """Tracks which ROUTER identities have handshaken with the pool secret.
 
-    ROUTER identities are assigned by libzmq per connection, and a peer claiming an identity already connected
-    is ignored (no ``ROUTER_HANDOVER``), so an identity cannot be borrowed from an authenticated client.
+    A peer chooses its identity with ``ZMQ_ROUTING_ID`` (libzmq assigns one only to a peer that does not),
+    and an admitted identity stays admitted when its peer reconnects with it. The SDK's DEALERs use 128 random
+    bits (32 hex characters), so no other process can guess one; a peer claiming an identity that is connected
+    is ignored by the ROUTER (no ``ROUTER_HANDOVER``), so it cannot be taken over from a connected client
+    either.
     """
 
     def __init__(self, secret: bytes) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from posttrain_worker.protocol.envelope import MAX_ENVELOPE_BYTES
 from posttrain_worker.server.auth import WorkerAuth
 
 DEFAULT_MAX_PAYLOAD_BYTES = 4 * 1024**3
 """4 GiB: the sum of the payload frame sizes of one request."""
 
-MIN_FRAME_LIMIT_BYTES = 1024**2
-"""1 MiB: the socket's per-frame limit never goes below this, so envelopes fit whatever the payload limit."""
+MIN_FRAME_LIMIT_BYTES = MAX_ENVELOPE_BYTES
+"""1 MiB: the socket's per-frame limit never goes below this, so an envelope up to its own cap
+(``MAX_ENVELOPE_BYTES``) reaches the parser and is answered whatever the payload limit."""
 
 DEFAULT_MAX_IN_FLIGHT = 64
 """Compute requests one worker holds at once (running + queued), over all its clients."""

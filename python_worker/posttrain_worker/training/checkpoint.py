@@ -42,7 +42,11 @@ import numpy as np
 import torch
 
 from posttrain_worker.errors import BAD_ARGUMENTS, WorkerFailure
-from posttrain_worker.training.errors import CHECKPOINT_INVALID, CHECKPOINT_NOT_FOUND
+from posttrain_worker.training.errors import (
+    CHECKPOINT_INVALID,
+    CHECKPOINT_MISMATCH,
+    CHECKPOINT_NOT_FOUND,
+)
 from posttrain_worker.training.lora import is_peft_model
 from posttrain_worker.training.parallel import agree, barrier, broadcast_token
 from posttrain_worker.training.trainer import Trainer
@@ -271,14 +275,14 @@ def _prepare_weights(method: str, trainer: Trainer, directory: Path) -> Callable
     missing = [name for name, _ in params if name not in tensors]
     if missing:
         raise WorkerFailure(
-            CHECKPOINT_INVALID,
+            CHECKPOINT_MISMATCH,
             f"{method}: {directory} lacks {len(missing)} parameter(s) of the model, e.g. {missing[0]!r}",
             {"missing": missing[:20]},
         )
     for name, param in params:
         if tuple(tensors[name].shape) != tuple(param.shape):
             raise WorkerFailure(
-                CHECKPOINT_INVALID,
+                CHECKPOINT_MISMATCH,
                 f"{method}: {name} has shape {list(tensors[name].shape)} in the checkpoint, "
                 f"{list(param.shape)} in the model",
             )
@@ -315,17 +319,17 @@ def _check_loadable(
     saved_type = (state.get("optimizer") or {}).get("type")
     if saved_type != trainer.config.optimizer.type:
         return WorkerFailure(
-            CHECKPOINT_INVALID,
+            CHECKPOINT_MISMATCH,
             f"{method}: the checkpoint's optimizer is {saved_type!r}, this trainer's is "
             f"{trainer.config.optimizer.type!r}",
         ), {}
     if bool(state.get("lora")) != is_peft_model(trainer.model):
         return WorkerFailure(
-            CHECKPOINT_INVALID, f"{method}: the checkpoint and this trainer disagree on LoRA"
+            CHECKPOINT_MISMATCH, f"{method}: the checkpoint and this trainer disagree on LoRA"
         ), {}
     if not sharded and trainer.sharded:
         return WorkerFailure(
-            CHECKPOINT_INVALID,
+            CHECKPOINT_MISMATCH,
             f"{method}: {final} is a format-1 checkpoint (optimizer.pt); an FSDP trainer loads only "
             "format 2 (dcp/): resume it on one rank or with DDP and save again",
         ), {}

@@ -187,23 +187,28 @@ class Listener:
         if transport != "ipc":
             _tcp_host_allowed(host)  # before any socket exists
         self.socket = context().socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
         self.directory: Path | None = None
         self.zap_domain: str | None = None
-        if transport == "ipc":
-            self.directory = Path(tempfile.mkdtemp(prefix="posttrain-weights-"))
-            self.socket.bind(f"ipc://{self.directory}/weights.sock")
-        else:
-            if _keys is not None:
-                # A domain per listener, so that closing one forgets only its own entry.
-                self.zap_domain = ZAP_DOMAIN_PREFIX + secrets.token_hex(8)
-                _zap_handler().allow(self.zap_domain, [_keys.server_public_key])
-                self.socket.setsockopt(zmq.ZAP_DOMAIN, self.zap_domain.encode())
-                self.socket.setsockopt(zmq.CURVE_SERVER, 1)
-                self.socket.setsockopt(zmq.CURVE_SECRETKEY, _keys.server_secret_key)
-            self.socket.bind(f"tcp://{host}:*")
-        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        try:
+            self.socket.setsockopt(zmq.LINGER, 0)
+            self.socket.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
+            if transport == "ipc":
+                self.directory = Path(tempfile.mkdtemp(prefix="posttrain-weights-"))
+                self.socket.bind(f"ipc://{self.directory}/weights.sock")
+            else:
+                if _keys is not None:
+                    # A domain per listener, so that closing one forgets only its own entry.
+                    self.zap_domain = ZAP_DOMAIN_PREFIX + secrets.token_hex(8)
+                    _zap_handler().allow(self.zap_domain, [_keys.server_public_key])
+                    self.socket.setsockopt(zmq.ZAP_DOMAIN, self.zap_domain.encode())
+                    self.socket.setsockopt(zmq.CURVE_SERVER, 1)
+                    self.socket.setsockopt(zmq.CURVE_SECRETKEY, _keys.server_secret_key)
+                self.socket.bind(f"tcp://{host}:*")
+            self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        except BaseException:
+            # A failed bind (an address not on this host, say) leaks neither the socket nor the ZAP entry.
+            self.close()
+            raise
         self.created = time.monotonic()
 
     def close(self) -> None:

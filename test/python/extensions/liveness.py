@@ -11,6 +11,8 @@ Load it with ``--extension test/python/extensions/liveness.py`` (``WorkerPool.lo
 - ``spawn_stderr_holder`` (io, no args): ``{pid}`` of a new ``sleep`` process, in a session of its own, that
   inherited the worker's stderr (and the stdout aliased to it): the worker's pipes stay open after the worker
   dies, until the caller kills that pid.
+- ``spawn_group_child`` (io, no args): ``{pid}`` of a new ``sleep`` process in the worker's own process group,
+  as the processes a worker starts are (vLLM's engine, compile workers): a kill of the worker's group ends it.
 """
 
 from __future__ import annotations
@@ -47,8 +49,20 @@ def spawn_stderr_holder(_ctx: CallContext, _args: None) -> dict[str, Any]:
     return {"pid": holder.pid}
 
 
+def spawn_group_child(_ctx: CallContext, _args: None) -> dict[str, Any]:
+    # No pipe of the worker's: only a signal to the group can end it early.
+    child = subprocess.Popen(
+        ["sleep", str(HOLDER_SECONDS)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return {"pid": child.pid}
+
+
 def register(registry: MethodRegistry) -> None:
     """The worker's ``--extension`` entry point."""
     registry.add("hang", hang, thread="compute")
     registry.add("raise_base_exception", raise_base_exception, thread="compute")
     registry.add("spawn_stderr_holder", spawn_stderr_holder, thread="io")
+    registry.add("spawn_group_child", spawn_group_child, thread="io")
