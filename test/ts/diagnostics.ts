@@ -24,3 +24,13 @@ export async function computeFor(worker: WorkerClient, seconds: number, options:
   const reply = await worker.call("compute_for", { seconds }, [], options);
   return z.object({ iterations: z.number().int().nonnegative() }).parse(reply.result).iterations;
 }
+
+/** Whether a process with this pid exists (a zombie counts: it has not been reaped yet). */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -4,15 +4,15 @@
 // last collected batch: across the two runs every prompt is trained once. A run whose trainer worker is SIGKILLed
 // (the fault-injection extension) restarts from such a snapshot, with the same guarantee. Real workers (a trainer
 // and a generator), the tiny model, digit-sort.
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DigitSortEnv, GRPOTrainer, makeTinyModel, ReplayBuffer, WorkerPool, type GRPOTrainerConfigInput, type StepRecord, type TensorDict } from "../../sdk/index.js";
+import { DigitSortEnv, GRPOTrainer, ReplayBuffer, WorkerPool, type GRPOTrainerConfigInput, type StepRecord, type TensorDict } from "../../sdk/index.js";
 import { BUFFER_FILE, CollectedSnapshotSchema, SNAPSHOT_FILE } from "../../sdk/runs/collected-snapshot.js";
 import { promptTexts } from "../../sdk/runs/evaluation.js";
 import { RunDirectory } from "../../sdk/runs/run-directory.js";
 import { POOL_OPTIONS } from "../../sdk/runs/setup.js";
+import { startTinyModelPool, stopTinyModelPool } from "./tiny-policy.js";
 
 const FAULTS = resolve("test/python/extensions/fault_injection.py");
 const P = 2;
@@ -25,16 +25,10 @@ let modelPath: string;
 let pool: WorkerPool;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), "posttrain-grpo-async-resume-"));
-  const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 0 }), WorkerPool.local({ workers: 2, device: "cpu" })]);
-  modelPath = tiny.path;
-  pool = started;
+  ({ dir, modelPath, pool } = await startTinyModelPool("posttrain-grpo-async-resume-", { workers: 2 }));
 });
 
-afterAll(async () => {
-  await pool.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => stopTinyModelPool(dir, pool));
 
 
 const config = (runDir: string, extra: Partial<GRPOTrainerConfigInput> = {}): GRPOTrainerConfigInput => ({

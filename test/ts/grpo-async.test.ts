@@ -4,8 +4,7 @@
 // and version, and every sync leaves them with the trainer's exact weights (weightsDigest); stale rows are dropped and
 // counted; a full buffer pauses collection; a generator that dies fails the step at once. Real workers (four, one
 // pool for the file) and the tiny model.
-import { mkdtemp, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -14,7 +13,6 @@ import {
   GRPOTrainer,
   LazyStackStorage,
   LLMCollector,
-  makeTinyModel,
   MCAdvantage,
   POLICY_VERSION_KEY,
   ReplayBuffer,
@@ -30,22 +28,17 @@ import { lossOf, GRPOTrainerConfigSchema } from "../../sdk/runs/grpo-config.js";
 import { stepSeed } from "../../sdk/runs/grpo-trainer.js";
 import { TRAIN_KEYS } from "../../sdk/runs/grpo-step.js";
 import { createPolicyTrainer, loadPolicy } from "../../sdk/runs/setup.js";
+import { startTinyModelPool, stopTinyModelPool } from "./tiny-policy.js";
 
 let dir: string;
 let modelPath: string;
 let pool: WorkerPool;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), "posttrain-grpo-async-"));
-  const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 0 }), WorkerPool.local({ workers: 4, device: "cpu" })]);
-  modelPath = tiny.path;
-  pool = started;
+  ({ dir, modelPath, pool } = await startTinyModelPool("posttrain-grpo-async-", { workers: 4 }));
 });
 
-afterAll(async () => {
-  await pool.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => stopTinyModelPool(dir, pool));
 
 const P = 4;
 const G = 4;

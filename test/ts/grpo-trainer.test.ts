@@ -1,5 +1,4 @@
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
@@ -12,7 +11,6 @@ import {
   digitSortExamples,
   digitSortProblem,
   digitSortReward,
-  makeTinyModel,
   GRPOTrainerConfigSchema,
   TaskConfigSchema,
   type ChatMessage,
@@ -23,22 +21,17 @@ import {
 import { lossOf } from "../../sdk/runs/grpo-config.js";
 import { rewardMeans } from "../../sdk/runs/step-metrics.js";
 import { createTaskEnv } from "../../sdk/runs/task-env.js";
+import { startTinyModelPool, stopTinyModelPool } from "./tiny-policy.js";
 
 let dir: string;
 let modelPath: string;
 let pool: WorkerPool;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), "posttrain-grpo-trainer-"));
-  const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 0 }), WorkerPool.local({ device: "cpu" })]);
-  modelPath = tiny.path;
-  pool = started;
+  ({ dir, modelPath, pool } = await startTinyModelPool("posttrain-grpo-trainer-"));
 });
 
-afterAll(async () => {
-  await pool.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => stopTinyModelPool(dir, pool));
 
 const P = 4;
 const G = 4;

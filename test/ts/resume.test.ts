@@ -4,27 +4,21 @@
 // renames the bad ones aside without deleting them; a resume with no checkpoint, or none readable, refuses with
 // NoCheckpointError instead of starting over; and the checkpoint.everyMinutes trigger with a real clock.
 import { existsSync } from "node:fs";
-import { mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { NoCheckpointError, SFTTrainer, WorkerPool, makeTinyModel, type SFTTrainerConfigInput } from "../../sdk/index.js";
+import { NoCheckpointError, SFTTrainer, WorkerPool, type SFTTrainerConfigInput } from "../../sdk/index.js";
+import { startTinyModelPool, stopTinyModelPool } from "./tiny-policy.js";
 
 let dir: string;
 let modelPath: string;
 let pool: WorkerPool;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), "posttrain-resume-"));
-  const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 0 }), WorkerPool.local({ device: "cpu" })]);
-  modelPath = tiny.path;
-  pool = started;
+  ({ dir, modelPath, pool } = await startTinyModelPool("posttrain-resume-"));
 });
 
-afterAll(async () => {
-  await pool.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => stopTinyModelPool(dir, pool));
 
 function config(runDir: string, extra: Partial<SFTTrainerConfigInput> = {}): SFTTrainerConfigInput {
   return { model: { path: modelPath }, data: { type: "digit-sort", examples: 64 }, batchSize: 8, optimizer: { lr: 3e-3 }, steps: 5, runDir, ...extra };

@@ -1,24 +1,18 @@
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { InvalidArgumentError, SFTTrainer, WorkerPool, makeTinyModel, type SFTTrainerConfigInput, type StepRecord } from "../../sdk/index.js";
+import { InvalidArgumentError, SFTTrainer, WorkerPool, type SFTTrainerConfigInput, type StepRecord } from "../../sdk/index.js";
+import { startTinyModelPool, stopTinyModelPool } from "./tiny-policy.js";
 
 let dir: string;
 let modelPath: string;
 let pool: WorkerPool;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), "posttrain-sft-trainer-"));
-  const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 0 }), WorkerPool.local({ device: "cpu" })]);
-  modelPath = tiny.path;
-  pool = started;
+  ({ dir, modelPath, pool } = await startTinyModelPool("posttrain-sft-trainer-"));
 });
 
-afterAll(async () => {
-  await pool.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => stopTinyModelPool(dir, pool));
 
 function config(runDir: string, extra: Partial<SFTTrainerConfigInput> = {}): SFTTrainerConfigInput {
   return {

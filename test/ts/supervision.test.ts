@@ -3,8 +3,7 @@
 // optimizer step, during a checkpoint save between writing the files and the rename — and are restarted by the run
 // from their last checkpoint. With fixed seeds the supervised run ends with the same final weights, byte for byte
 // (CPU float32), and the same per-step losses and rewards as an uninterrupted run, each step once in metrics.jsonl.
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -13,12 +12,12 @@ import {
   SFTTrainer,
   WorkerDiedError,
   WorkerPool,
-  makeTinyModel,
   type GRPOTrainerConfigInput,
   type SFTTrainerConfigInput,
 } from "../../sdk/index.js";
 import { readRunEvents } from "../../sdk/reports/report.js";
 import { POOL_OPTIONS, type RunPoolOptions } from "../../sdk/runs/setup.js";
+import { startTinyModelPool, stopTinyModelPool } from "./tiny-policy.js";
 
 const FAULTS = resolve("test/python/extensions/fault_injection.py");
 
@@ -28,16 +27,10 @@ let modelPath: string;
 let pool: WorkerPool;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), "posttrain-supervision-"));
-  const [tiny, started] = await Promise.all([makeTinyModel(join(dir, "tiny"), { seed: 0 }), WorkerPool.local({ device: "cpu", workers: 3 })]);
-  modelPath = tiny.path;
-  pool = started;
+  ({ dir, modelPath, pool } = await startTinyModelPool("posttrain-supervision-", { workers: 3 }));
 });
 
-afterAll(async () => {
-  await pool.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => stopTinyModelPool(dir, pool));
 
 type Point = "generate" | "optimizer_step" | "checkpoint_save";
 

@@ -19,20 +19,11 @@ import {
   WorkerPool,
   type WorkerClient,
 } from "../../sdk/index.js";
-import { computeFor, DIAGNOSTICS_EXTENSION } from "./diagnostics.js";
+import { computeFor, DIAGNOSTICS_EXTENSION, isAlive } from "./diagnostics.js";
 
 /** The test-only faults: `hang` (a compute method that never returns), `spawn_stderr_holder`, `spawn_group_child`. */
 const LIVENESS_EXTENSION = resolve(import.meta.dirname, "../python/extensions/liveness.py");
 const EXTENSIONS = [DIAGNOSTICS_EXTENSION, LIVENESS_EXTENSION];
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** True while `pid` runs: false once it is gone or a zombie (orphans may wait for a reaper that never comes). */
 function isRunning(pid: number): boolean {

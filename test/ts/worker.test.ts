@@ -13,16 +13,7 @@ import {
   WorkerPool,
   WorkerStartError,
 } from "../../sdk/index.js";
-import { computeFor, DIAGNOSTICS_EXTENSION, rowSums } from "./diagnostics.js";
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+import { computeFor, DIAGNOSTICS_EXTENSION, isAlive, rowSums } from "./diagnostics.js";
 
 function sampleTd(seed: number, rows = 4): TensorDict {
   const x = Float32Array.from({ length: rows * 3 }, (_, i) => (i + seed) * 0.5);
