@@ -12,6 +12,7 @@ import { BUFFER_FILE, CollectedSnapshotSchema, SNAPSHOT_FILE } from "../../sdk/r
 import { promptTexts } from "../../sdk/runs/evaluation.js";
 import { RunDirectory } from "../../sdk/runs/run-directory.js";
 import { POOL_OPTIONS } from "../../sdk/runs/setup.js";
+import { trainedBatches } from "./grpo.helpers.js";
 import { startTinyModelPool, stopTinyModelPool } from "./tiny-policy.js";
 
 const FAULTS = resolve("test/python/extensions/fault_injection.py");
@@ -58,19 +59,6 @@ async function promptStream(): Promise<string[]> {
   }
   await env.close();
   return out;
-}
-
-/** The batches the steps of `run` train on, as its collector hands them out. */
-function trainedBatches(run: GRPOTrainer): TensorDict[] {
-  const batches: TensorDict[] = [];
-  const collector = run.collector;
-  const takeBatch = collector.takeBatch.bind(collector);
-  collector.takeBatch = async (...args) => {
-    const taken = await takeBatch(...args);
-    batches.push(taken.batch);
-    return taken;
-  };
-  return batches;
 }
 
 /** Prompt, response and policy version (relative to `base`) of each row. */

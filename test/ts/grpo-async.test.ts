@@ -28,6 +28,7 @@ import { lossOf, GRPOTrainerConfigSchema } from "../../sdk/runs/grpo-config.js";
 import { stepSeed } from "../../sdk/runs/grpo-trainer.js";
 import { TRAIN_KEYS } from "../../sdk/runs/grpo-step.js";
 import { createPolicyTrainer, loadPolicy } from "../../sdk/runs/setup.js";
+import { trainedBatches } from "./grpo.helpers.js";
 import { startTinyModelPool, stopTinyModelPool } from "./tiny-policy.js";
 
 let dir: string;
@@ -51,19 +52,6 @@ async function collect(trainer: GRPOTrainer): Promise<StepRecord[]> {
   const out: StepRecord[] = [];
   for await (const r of trainer.run()) out.push(r);
   return out;
-}
-
-/** The batches the steps of `run` train on, as the collector hands them out (every key kept). */
-function trainedBatches(run: GRPOTrainer): TensorDict[] {
-  const batches: TensorDict[] = [];
-  const collector = run.collector;
-  const takeBatch = collector.takeBatch.bind(collector);
-  collector.takeBatch = async (...args) => {
-    const taken = await takeBatch(...args);
-    batches.push(taken.batch);
-    return taken;
-  };
-  return batches;
 }
 
 /** The fields of a record that do not depend on timing. */
