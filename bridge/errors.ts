@@ -103,13 +103,29 @@ export class WorkerDiedError extends PosttrainError {
   /** The last lines the worker wrote to stderr. */
   readonly stderrTail: string;
 
-  constructor(workerName: string, exitCode: number | null, signal: string | null, stderrTail: string) {
-    const how = signal !== null ? `was killed by ${signal}` : `exited with code ${String(exitCode)}`;
+  /** The node the worker was lost with (a Ray worker whose node left the cluster), else `undefined`. */
+  readonly lostNode: { readonly id: string; readonly address: string } | undefined;
+
+  constructor(
+    workerName: string,
+    exitCode: number | null,
+    signal: string | null,
+    stderrTail: string,
+    options: { lostNode?: { readonly id: string; readonly address: string } } = {},
+  ) {
+    const lost = options.lostNode;
+    const how =
+      lost !== undefined
+        ? `was lost with its node ${lost.id} (${lost.address}), which left the Ray cluster`
+        : signal !== null
+          ? `was killed by ${signal}`
+          : `exited with code ${String(exitCode)}`;
     const tail = stderrTail.trim() === "" ? " (no stderr output)" : `; last stderr lines:\n${stderrTail}`;
     super("WORKER_DIED", `worker ${workerName} ${how}${tail}`);
     this.exitCode = exitCode;
     this.signal = signal;
     this.stderrTail = stderrTail;
+    this.lostNode = lost;
   }
 }
 
@@ -169,6 +185,83 @@ export class PayloadTooLargeError extends PosttrainError {
     super("PAYLOAD_TOO_LARGE", message);
     this.sizeBytes = sizeBytes;
     this.limitBytes = limitBytes;
+  }
+}
+
+/**
+ * Ray cannot be used: the Python that runs the Ray driver has no `ray` package. The message says what to install.
+ *
+ * ```ts
+ * try { await launchRayWorkers(options); } catch (err) { if (err instanceof RayUnavailableError) console.error(err.message); }
+ * ```
+ */
+export class RayUnavailableError extends PosttrainError {
+  constructor(message: string) {
+    super("RAY_UNAVAILABLE", message);
+  }
+}
+
+/**
+ * The Ray cluster cannot place the workers: it could never satisfy the placement (`PLACEMENT_INFEASIBLE`, reported
+ * before waiting) or did not within `placementTimeoutMs` (`PLACEMENT_TIMEOUT`). The message names what was asked and
+ * what the cluster has; `asked` and `available` hold the same facts as the driver reported them.
+ *
+ * ```ts
+ * try { await WorkerPool.ray(options); } catch (err) { if (err instanceof PlacementError) console.error(err.asked, err.available); }
+ * ```
+ */
+export class PlacementError extends PosttrainError {
+  /** What was asked: one entry per bundle (worker), as the driver reported it. */
+  readonly asked: readonly unknown[];
+  /** What the cluster has available, per resource (and per node in `nodes`, when reported). */
+  readonly available: Readonly<Record<string, unknown>>;
+  /** The cluster's nodes and their resources, when reported. */
+  readonly nodes: readonly unknown[];
+
+  constructor(
+    code: "PLACEMENT_INFEASIBLE" | "PLACEMENT_TIMEOUT",
+    message: string,
+    facts: { asked?: readonly unknown[]; available?: Readonly<Record<string, unknown>>; nodes?: readonly unknown[] } = {},
+  ) {
+    super(code, message);
+    this.asked = facts.asked ?? [];
+    this.available = facts.available ?? {};
+    this.nodes = facts.nodes ?? [];
+  }
+}
+
+/**
+ * Codes of {@link RayDriverError}.
+ *
+ * ```ts
+ * const retryable = (code: RayDriverErrorCode) => code === "RESTART_TIMEOUT";
+ * ```
+ */
+export type RayDriverErrorCode =
+  | "RAY_DRIVER_FAILED"
+  | "RAY_DRIVER_INTERNAL"
+  | "RAY_CONNECT_FAILED"
+  | "RESTARTS_EXHAUSTED"
+  | "RESTART_TIMEOUT";
+
+/**
+ * The Ray driver process failed: it died or printed something that is not the protocol (`RAY_DRIVER_FAILED`, with its
+ * stderr tail), an op raised an unexpected error inside a driver that keeps serving (`RAY_DRIVER_INTERNAL`: a bug
+ * or a Ray API failure; the message has the Python exception), could not connect to the cluster
+ * (`RAY_CONNECT_FAILED`), or could not bring a worker back (`RESTARTS_EXHAUSTED`: its actor is dead for good;
+ * `RESTART_TIMEOUT`).
+ *
+ * ```ts
+ * try { await pool.restart(); } catch (err) { if (err instanceof RayDriverError && err.code === "RESTARTS_EXHAUSTED") await pool.close(); }
+ * ```
+ */
+export class RayDriverError extends PosttrainError {
+  /** The last lines the driver wrote to stderr, when it died. */
+  readonly stderrTail: string;
+
+  constructor(code: RayDriverErrorCode, message: string, stderrTail = "") {
+    super(code, stderrTail.trim() === "" ? message : `${message}; last driver stderr lines:\n${stderrTail}`);
+    this.stderrTail = stderrTail;
   }
 }
 

@@ -17,7 +17,14 @@ export { RPCChannel, type RequestOptions, type RPCChannelOptions, type RPCReply 
 export type { Transport, TransportHandler } from "./transport/transport.js";
 export { ZMQDealerTransport, type ZMQCurveClientOptions, type ZMQDealerOptions } from "./transport/zmq.js";
 export { InMemoryTransport } from "./transport/memory.js";
-export { WorkerProcess, type WorkerExit, type WorkerLogMode, type WorkerProcessOptions, type WorkerReady } from "./worker/process.js";
+export {
+  WorkerProcess,
+  type SupervisedWorker,
+  type WorkerExit,
+  type WorkerLogMode,
+  type WorkerProcessOptions,
+  type WorkerReady,
+} from "./worker/process.js";
 export { WorkerConnection, type ConnectionOptions, type OpenConnectionOptions } from "./worker/connection.js";
 export {
   countCudaDevices,
@@ -26,6 +33,20 @@ export {
   type LocalWorkers,
   type LocalWorkersOptions,
 } from "./worker/local.js";
+export {
+  DEFAULT_PLACEMENT_TIMEOUT_MS,
+  launchRayWorkers,
+  PLACEMENT_STRATEGIES,
+  RayAddressSchema,
+  RayResourcesSchema,
+  type PlacementStrategy,
+  type RayNode,
+  type RayWorkerEvent,
+  type RayWorkerInfo,
+  type RayWorkers,
+  type RayWorkerSpec,
+  type RayWorkersOptions,
+} from "./worker/ray.js";
 export { packageRoot, resolvePython } from "./worker/python.js";
 export {
   clientAuth,

@@ -17,7 +17,8 @@ import type { Payload } from "../protocol/payload.js";
 import type { Transport } from "../transport/transport.js";
 import { ZMQDealerTransport } from "../transport/zmq.js";
 import { ConnectionAuthSchema, type ConnectionAuth } from "./keys.js";
-import type { WorkerProcess } from "./process.js";
+import { waitFor } from "./os-process.js";
+import type { SupervisedWorker } from "./process.js";
 
 /** Liveness and timeout settings of a {@link WorkerConnection}. */
 export interface ConnectionOptions {
@@ -53,8 +54,13 @@ export interface OpenConnectionOptions extends ConnectionOptions {
   readonly endpoint?: string;
   /** A transport to use instead of a ZeroMQ DEALER on `endpoint`. */
   readonly transport?: Transport;
-  /** The worker's process, when this client supervises it: its exit fails the connection with `WorkerDiedError`. */
-  readonly process?: WorkerProcess;
+  /**
+   * The worker this client supervises (a local `WorkerProcess`, or a Ray worker's handle): its exit fails the
+   * connection with `WorkerDiedError`.
+   */
+  readonly process?: SupervisedWorker;
+  /** The cluster node the worker runs on (Ray workers): its id and address, exposed as `connection.node`. */
+  readonly node?: { readonly id: string; readonly address: string };
 }
 
 const CLIENT_VERSION = "0.1.0";
@@ -71,9 +77,11 @@ export class WorkerConnection {
     readonly name: string,
     private readonly channel: RPCChannel,
     readonly info: WorkerInfo,
-    readonly process: WorkerProcess | undefined,
+    readonly process: SupervisedWorker | undefined,
     // Shared with the exit watcher, which must tell a requested shutdown from a death.
     private readonly state: { closing: boolean },
+    /** The cluster node the worker runs on, when it was opened with one (Ray workers); `undefined` for local workers. */
+    readonly node: { readonly id: string; readonly address: string } | undefined,
   ) {}
 
   /** Connects, performs the handshake and starts supervision. */
@@ -90,11 +98,11 @@ export class WorkerConnection {
     });
     const state = { closing: false };
     if (proc !== undefined) {
-      void proc.exited.then(({ exitCode, signal }) => {
+      void proc.exited.then(({ exitCode, signal, lostNode }) => {
         channel.fail(
           state.closing
             ? new ConnectionClosedError(`${options.name} was shut down`)
-            : new WorkerDiedError(options.name, exitCode, signal, proc.stderrTail()),
+            : new WorkerDiedError(options.name, exitCode, signal, proc.stderrTail(), lostNode !== undefined ? { lostNode } : {}),
         );
       });
     }
@@ -126,7 +134,8 @@ export class WorkerConnection {
       throw err;
     }
     channel.setLimits({ maxPayloadBytes: info.maxPayloadBytes });
-    const connection = new WorkerConnection(options.name, channel, info, proc, state);
+    const node = options.node !== undefined ? { id: options.node.id, address: options.node.address } : undefined;
+    const connection = new WorkerConnection(options.name, channel, info, proc, state, node);
     connection.startHeartbeats(options.heartbeatIntervalMs ?? 2000, options.heartbeatTimeoutMs ?? 60_000);
     return connection;
   }
@@ -134,6 +143,11 @@ export class WorkerConnection {
   /** False once the connection failed or was closed. */
   get alive(): boolean {
     return this.channel.failedWith === undefined;
+  }
+
+  /** Why the connection ended (`WorkerDiedError`, `ConnectionClosedError`, ...), or `undefined` while it is alive. */
+  get failure(): Error | undefined {
+    return this.channel.failedWith;
   }
 
   /** Requests awaiting a reply. */
@@ -226,16 +240,4 @@ function newZmqTransport(options: OpenConnectionOptions, auth: ConnectionAuth | 
     endpoint: options.endpoint,
     ...(auth?.curve !== undefined ? { curve: auth.curve } : {}),
   });
-}
-
-async function waitFor(promise: Promise<unknown>, timeoutMs: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((resolve) => {
-    timer = setTimeout(() => {
-      resolve(false);
-    }, timeoutMs);
-  });
-  const done = await Promise.race([promise.then(() => true as const), timeout]);
-  clearTimeout(timer);
-  return done;
 }

@@ -2,10 +2,11 @@ import { execFile } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { isIPv4 } from "node:net";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { InvalidArgumentError } from "../errors.js";
 import { WorkerConnection, type ConnectionOptions } from "./connection.js";
-import { clientAuth, generatePoolKeys, PoolKeysSchema, workerAuthLine, type PoolKeys } from "./keys.js";
+import { clientAuth, generatePoolKeys, workerAuthLine, type PoolKeys } from "./keys.js";
+import { connectionOptions, parsePoolKeys, workerArgs } from "./options.js";
 import { WorkerProcess, type WorkerLogMode } from "./process.js";
 import { resolvePython } from "./python.js";
 
@@ -83,14 +84,7 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
   if (!Number.isInteger(count) || count < 1) {
     throw new InvalidArgumentError(`workers: expected a positive integer, got ${JSON.stringify(count)}`);
   }
-  const maxPayloadBytes = options.maxPayloadBytes ?? 4 * 1024 ** 3;
-  if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes < 1) {
-    throw new InvalidArgumentError(`maxPayloadBytes: expected a positive integer, got ${String(maxPayloadBytes)}`);
-  }
-  const maxInFlight = options.maxInFlight ?? 64;
-  if (!Number.isSafeInteger(maxInFlight) || maxInFlight < 1) {
-    throw new InvalidArgumentError(`maxInFlight: expected a positive integer, got ${String(maxInFlight)}`);
-  }
+  const limitArgs = workerArgs(options);
   const deviceOption = options.device ?? "auto";
   if (!["cpu", "cuda", "auto"].includes(deviceOption)) {
     throw new InvalidArgumentError(`device: expected "cpu", "cuda" or "auto", got ${JSON.stringify(deviceOption)}`);
@@ -98,10 +92,6 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
   const gpus = deviceOption === "cpu" ? 0 : await countCudaDevices();
   if (deviceOption === "cuda" && gpus === 0) {
     throw new InvalidArgumentError('device: "cuda" was asked for but nvidia-smi finds no GPU');
-  }
-  const extensions: unknown = options.extensions ?? [];
-  if (!Array.isArray(extensions) || extensions.some((e) => typeof e !== "string" || e === "")) {
-    throw new InvalidArgumentError(`extensions: expected an array of Python file paths, got ${JSON.stringify(extensions)}`);
   }
   const host = tcpHost(options);
   const python = resolvePython(options.python);
@@ -139,11 +129,7 @@ export async function launchLocalWorkers(options: LocalWorkersOptions = {}): Pro
             String(i),
             "--device",
             useGpu ? "cuda" : "cpu",
-            "--max-payload-bytes",
-            String(maxPayloadBytes),
-            "--max-in-flight",
-            String(maxInFlight),
-            ...(extensions as readonly string[]).flatMap((path) => ["--extension", resolve(path)]),
+            ...limitArgs,
           ],
           stdinLine: workerAuthLine(keys),
           env: { ...(useGpu ? { CUDA_VISIBLE_DEVICES: String(i % gpus) } : {}), ...options.env },
@@ -205,25 +191,4 @@ function tcpHost(options: LocalWorkersOptions): string | undefined {
 /** Where to connect to a worker bound on all interfaces (`tcp://0.0.0.0:port`): its loopback address. */
 function connectEndpoint(bound: string): string {
   return bound.replace(/^tcp:\/\/0\.0\.0\.0:/, "tcp://127.0.0.1:");
-}
-
-function connectionOptions(options: ConnectionOptions): ConnectionOptions {
-  const { requestTimeoutMs, heartbeatIntervalMs, heartbeatTimeoutMs, handshakeTimeoutMs, watchdogMs } = options;
-  return {
-    ...(requestTimeoutMs !== undefined ? { requestTimeoutMs } : {}),
-    ...(heartbeatIntervalMs !== undefined ? { heartbeatIntervalMs } : {}),
-    ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}),
-    ...(handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs } : {}),
-    ...(watchdogMs !== undefined ? { watchdogMs } : {}),
-  };
-}
-
-/** `keys` checked field by field; the message names the bad field, never a key's value. */
-function parsePoolKeys(keys: PoolKeys): PoolKeys {
-  const parsed = PoolKeysSchema.safeParse(keys);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    throw new InvalidArgumentError(`keys.${issue.path.join(".")}: ${issue.message}`);
-  }
-  return parsed.data;
 }

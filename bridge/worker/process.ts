@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { z } from "zod";
 import { WorkerStartError } from "../errors.js";
+import { signalGroup } from "./os-process.js";
 import { LineTail } from "./stderr-tail.js";
 
 /** How a worker's stderr is handled: kept as a tail for errors only, or also forwarded to this process's stderr. */
@@ -39,6 +40,30 @@ export type WorkerReady = z.infer<typeof ReadySchema>;
 export interface WorkerExit {
   readonly exitCode: number | null;
   readonly signal: string | null;
+  /** Set when the worker was lost with its node (a Ray node that left the cluster): the node's id and address. */
+  readonly lostNode?: { readonly id: string; readonly address: string };
+}
+
+/**
+ * What a `WorkerConnection` supervises: a worker's exit (which fails the connection with `WorkerDiedError`), a way
+ * to kill it (hung or unresponsive worker) and its last stderr lines. {@link WorkerProcess} is one (a local child
+ * process); a Ray-placed worker's handle is another (`launchRayWorkers`).
+ */
+export interface SupervisedWorker {
+  /** Name used in messages, e.g. `"worker 0"`. */
+  readonly name: string;
+  /** What the worker reported when it was ready: its endpoint and pid. */
+  readonly ready: WorkerReady;
+  /** Resolves once the worker is gone. */
+  readonly exited: Promise<WorkerExit>;
+  /** The exit, once it has happened. */
+  readonly exit: WorkerExit | undefined;
+  /** Kills the worker (no-op once it has exited). */
+  kill(signal?: NodeJS.Signals): void;
+  /** Tells the worker to exit when its stdin is the client's to close (a local child); else a no-op. */
+  closeStdin(): void;
+  /** The last lines the worker wrote to stderr. */
+  stderrTail(): string;
 }
 
 const READY_PREFIX = "POSTTRAIN_READY ";
@@ -54,7 +79,7 @@ const STDERR_DRAIN_MS = 100;
  * One `python -m posttrain_worker` child process: spawn, wait for its READY line, keep its stderr tail,
  * report its exit. Its stdin is a pipe the worker watches: when this Node process dies, the worker exits.
  */
-export class WorkerProcess {
+export class WorkerProcess implements SupervisedWorker {
   /**
    * Resolves soon after the process has exited: at once when its pipes close with it, else after
    * {@link STDERR_DRAIN_MS} of reading what is left of its stderr (a grandchild may hold the pipes open).
@@ -202,17 +227,4 @@ export class WorkerProcess {
   closeStdin(): void {
     this.child.stdin?.end();
   }
-}
-
-/** Signals `child`'s process group (it leads one: spawned detached), else `child` alone (no groups on Windows). */
-function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
-  if (child.pid !== undefined && process.platform !== "win32") {
-    try {
-      process.kill(-child.pid, signal);
-      return;
-    } catch {
-      // ESRCH (the group is gone already) or EPERM: the child alone, which ignores a finished process.
-    }
-  }
-  child.kill(signal);
 }

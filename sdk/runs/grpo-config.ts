@@ -13,6 +13,7 @@ import {
   RunScheduleSchema,
   SupervisionConfigSchema,
 } from "./config-blocks.js";
+import { checkClusterConfig, ClusterConfigSchema } from "./cluster-config.js";
 import { TaskConfigSchema } from "./task-config.js";
 
 /**
@@ -176,6 +177,8 @@ export const GRPOTrainerConfigSchema = z
     supervision: SupervisionConfigSchema.prefault({}),
     log: LogConfigSchema.prefault({}),
     workers: WorkersConfigSchema.prefault({}),
+    /** Where the workers run: `{ type: "local" }` (default) or `{ type: "ray", ... }` (docs/scaling.md, "Placement on Ray"). */
+    cluster: ClusterConfigSchema.prefault({ type: "local" }),
     /** Collect ahead of the trainer (default off: synchronous, the same as `{ maxPolicyAge: 0 }`). */
     async: AsyncConfigSchema.optional(),
     /** Seeds the prompt streams, the sampling and the tiny model (default 0). */
@@ -185,6 +188,13 @@ export const GRPOTrainerConfigSchema = z
   })
   .superRefine(checkLength)
   .superRefine((c, ctx) => {
+    const w = c.workers;
+    const devices = {
+      trainer: w.trainer.device ?? c.model.device,
+      ...(w.generator.count > 0 ? { generator: w.generator.device ?? c.model.device } : {}),
+      ...(w.reference.count > 0 ? { reference: w.reference.device ?? c.model.device } : {}),
+    };
+    checkClusterConfig(c.cluster, c.supervision.maxRestarts, devices, ctx);
     if (c.workers.reference.count === 1 && c.klToRefCoeff === 0) {
       ctx.addIssue({
         code: "custom",

@@ -56,8 +56,8 @@ import {
   runLength,
   RunOptionsSchema,
   type RunOptions,
-  type RunPoolOptions,
 } from "./setup.js";
+import { runWorkers, type RunWorkers, type RunWorkerSlot } from "./run-workers.js";
 import { createTaskEnv, type TaskEnv } from "./task-env.js";
 
 /** Options of {@link GRPOTrainer.create} besides the config. */
@@ -78,7 +78,7 @@ export type GRPOTrainerOptions = RunOptions & {
 };
 
 /** Top-level config fields a resumed run may change. */
-const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "log", "runDir"] as const;
+const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "log", "cluster", "runDir"] as const;
 
 /** The generator model's name next to the policy (colocated layout). */
 const GENERATOR_MODEL = "generator";
@@ -99,8 +99,8 @@ interface Setup {
   readonly runDir: RunDirectory;
   readonly totalSteps: number;
   readonly log: (line: string) => void;
-  /** Extra options for the pools the run starts (tests only: `POOL_OPTIONS`). */
-  readonly poolOptions: RunPoolOptions | undefined;
+  /** The workers the run starts itself (unless `options.pool`), across restarts. */
+  readonly workers: RunWorkers;
 }
 
 interface Parts {
@@ -168,15 +168,25 @@ function roleOf(c: GRPOTrainerConfig, index: number): string {
  * is none; both drop the lines logged after it. `envs` are the envs `create` built to check the config (the train env
  * is used unless a position is restored).
  */
-async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart", envs?: { readonly env: TaskEnv; readonly evalEnv: TaskEnv }): Promise<Parts> {
+async function buildParts(
+  s: Setup,
+  mode: "fresh" | "resume" | "restart",
+  envs?: { readonly env: TaskEnv; readonly evalEnv: TaskEnv },
+  signal: AbortSignal | undefined = s.options.signal,
+): Promise<Parts> {
   const { config: c, options: o, runDir, log, totalSteps } = s;
   // workers 0..T−1 are the trainer ranks, the generators come next, the reference worker (if any) last
   const roles = c.workers;
   const generatorCount = roles.generator.count;
   const devices = { trainer: roleDevice(c.model, roles.trainer), generator: roleDevice(c.model, roles.generator), reference: roleDevice(c.model, roles.reference) };
   const used = [devices.trainer, ...(generatorCount > 0 ? [devices.generator] : []), ...(roles.reference.count > 0 ? [devices.reference] : [])];
-  const workerCount = roles.trainer.count + generatorCount + roles.reference.count;
-  const { pool, owned } = await openPool(c.model, workerCount, o.pool, o.signal, poolDevice(used), s.poolOptions);
+  const slots: RunWorkerSlot[] = [
+    ...Array.from({ length: roles.trainer.count }, () => ({ role: "trainer" as const, device: devices.trainer })),
+    ...Array.from({ length: generatorCount }, () => ({ role: "generator" as const, device: devices.generator })),
+    ...Array.from({ length: roles.reference.count }, () => ({ role: "reference" as const, device: devices.reference })),
+  ];
+  const workerCount = slots.length;
+  const { pool, owned } = await openPool(s.workers, slots, o.pool, signal, poolDevice(used));
   try {
     const ranks = pool.workers.slice(0, roles.trainer.count);
     const worker = ranks[0]!;
@@ -198,7 +208,9 @@ async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart", envs?:
       generators = Array.from({ length: generatorCount }, (_, i) => ({ worker: pool.worker(roles.trainer.count + i), model: POLICY_MODEL }));
       await Promise.all(generators.map((g) => loadPolicy(g.worker, path, c.model, { device: devices.generator })));
       // collecting ahead: the trainer hands over a copy of its weights and trains on while the generators receive it
-      sync = new ZMQWeightSyncScheme(trainer, generators, { background: maxPolicyAgeOf(c) > 0 });
+      // on Ray the generators may be on other nodes: each binds its own node's address (tcp is always CURVE)
+      const transport = pool.placement !== undefined ? "tcp" : "ipc";
+      sync = new ZMQWeightSyncScheme(trainer, generators, { background: maxPolicyAgeOf(c) > 0, transport });
     } else {
       generators = [{ worker, model: GENERATOR_MODEL }];
       // collecting ahead in the trainer's own worker needs a copy: shared weights would change under a queued generation
@@ -254,7 +266,8 @@ async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart", envs?:
       signal: o.signal,
     };
   } catch (err) {
-    if (owned) await pool.close();
+    // a restart's workers come back for its next attempt; a failed create or resume stops them
+    if (owned) await s.workers.release(pool, mode === "restart" ? "restart" : "close");
     throw err;
   }
 }
@@ -315,6 +328,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     const { options: o, config: c } = parts.setup;
     super({
       ...parts,
+      runWorkers: parts.setup.workers,
       name: "GRPOTrainer",
       evalLine: (e) => ({ eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd }),
       userLog: o.log,
@@ -467,8 +481,13 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     const resumable = await runDir.prepare(o.resume);
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS, GRPOTrainerConfigSchema);
     await runDir.writeConfig(c);
-    const setup: Setup = { config: c, options: o, runDir, totalSteps, log: logger(o.log), poolOptions: poolOptionsOf(options) };
-    return new GRPOTrainer(await buildParts(setup, resumable ? "resume" : "fresh", { env: probe, evalEnv }));
+    const setup: Setup = { config: c, options: o, runDir, totalSteps, log: logger(o.log), workers: runWorkers(c.cluster, poolOptionsOf(options)) };
+    try {
+      return new GRPOTrainer(await buildParts(setup, resumable ? "resume" : "fresh", { env: probe, evalEnv }));
+    } catch (err) {
+      await setup.workers.close();
+      throw err;
+    }
   }
 
   /** Stops the collector and closes the envs and the weight sync; stops the workers it started (or unloads its models from `pool`). */
@@ -479,10 +498,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     await this.#collector.close();
     await p.evalEnv.env.close();
     await this.#sync.close();
-    if (p.ownsPool) {
-      await p.pool.close();
-      return;
-    }
+    if (p.ownsPool) return; // RunBase releases the workers the run started
     await p.trainer.close().catch(() => undefined); // a trainer group also leaves its process group on every rank
     for (const w of p.workers) {
       for (const name of [POLICY_MODEL, GENERATOR_MODEL, REFERENCE_MODEL]) await w.unloadModel(name).catch(() => undefined);
@@ -495,7 +511,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
 
   /** After a worker failure (the parts closed): builds them again on fresh workers from the last checkpoint. */
   protected override async restartParts(): Promise<{ trainer: Trainer; startStep: number }> {
-    const parts = await buildParts(this.#parts.setup, "restart");
+    const parts = await buildParts(this.#parts.setup, "restart", undefined, this.stopSignal);
     this.#install(parts);
     return parts;
   }

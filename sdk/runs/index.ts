@@ -3,6 +3,7 @@
  * examples, policy in a worker, loss, optimizer, evaluation, checkpoints, resume, a run directory with its report).
  * See docs/trainers.md.
  */
+export { ClusterConfigSchema, type ClusterConfig, type ResolvedClusterConfig } from "./cluster-config.js";
 export { NoCheckpointError, RunConfigMismatchError, RunDirectoryError, RunWorkerLostError, TrainerClosedError, type SetAsideCheckpoint } from "./errors.js";
 export { GRPOTrainerConfigSchema, type GRPOTrainerConfig, type GRPOTrainerConfigInput } from "./grpo-config.js";
 export { GRPOTrainer, GRPOTrainerOptionsSchema, type GRPOTrainerOptions } from "./grpo-trainer.js";

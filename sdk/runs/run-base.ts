@@ -9,6 +9,7 @@ import { TrainerClosedError } from "./errors.js";
 import type { EvalRecord, StepRecord, TrainSummary } from "./records.js";
 import type { RunDirectory } from "./run-directory.js";
 import { RunLoop, type StepOutcome } from "./run-loop.js";
+import type { ReleaseReason, RunWorkers } from "./run-workers.js";
 import { Supervisor, type RoleWorker, type SupervisionSettings } from "./supervisor.js";
 
 /**
@@ -76,6 +77,8 @@ export interface RunBaseParts<C extends RunLoopConfig> {
   readonly userLog: ((line: string) => void) | undefined;
   /** The run's workers now, with their roles (to name the one that failed). */
   readonly workers: () => readonly RoleWorker[];
+  /** The workers the run starts itself (local or on Ray): released with each build's parts, stopped by `close()`. */
+  readonly runWorkers: RunWorkers;
 }
 
 /**
@@ -94,6 +97,9 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   readonly #supervisor: Supervisor;
   /** Aborted by the run's signal or `stop()`/`close()`: a restart in progress then ends the run instead. */
   readonly #stopping = new AbortController();
+  readonly #runWorkers: RunWorkers;
+  /** The run's signal and its own stopping, together. */
+  readonly #stopSignal: AbortSignal;
   #trainer: Trainer;
   /** Whether the current parts are closed (by `close()`, or by a restart before it builds new ones). */
   #partsClosed = false;
@@ -104,6 +110,8 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
     this.totalSteps = parts.totalSteps;
     this.#trainer = parts.trainer;
     this.#name = parts.name;
+    this.#runWorkers = parts.runWorkers;
+    this.#stopSignal = parts.signal === undefined ? this.#stopping.signal : AbortSignal.any([parts.signal, this.#stopping.signal]);
     this.#supervisor = new Supervisor({
       name: parts.name,
       settings: parts.config.supervision,
@@ -114,7 +122,7 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
           console.warn(line);
         }),
       notRestartable: parts.notRestartable,
-      signal: parts.signal === undefined ? this.#stopping.signal : AbortSignal.any([parts.signal, this.#stopping.signal]),
+      signal: this.#stopSignal,
       workers: parts.workers,
     });
     this.#loop = new RunLoop({
@@ -136,13 +144,8 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
       evalLine: parts.evalLine,
       recover: (error, step) =>
         this.#supervisor.recover(error, step, {
-          close: async () => {
-            // a dead worker fails the closing of what it held: the pool the run started is closed whatever happens
-            const { pool, owned } = this.workerPool();
-            await this.#closeParts().catch(async () => {
-              if (owned) await pool.close();
-            });
-          },
+          // a dead worker fails the closing of what it held: the workers the run started are released whatever happens
+          close: () => this.#closeParts("restart").catch(() => undefined),
           build: async () => {
             const rebuilt = await this.restartParts();
             this.#partsClosed = false;
@@ -161,6 +164,11 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   /** Restarts after worker failures so far (see docs/trainers.md, "Supervision and restarts"). */
   get restarts(): number {
     return this.#supervisor.restarts;
+  }
+
+  /** Aborted when the run stops (its signal, `stop()` or `close()`): a restart's worker start then gives up. */
+  protected get stopSignal(): AbortSignal {
+    return this.#stopSignal;
   }
 
   /** The run's supervisor (a recipe records generator failures with it). */
@@ -217,14 +225,26 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
     if (this.#loop.closed) return;
     this.#stopping.abort();
     await this.#loop.close();
-    await this.#closeParts();
+    try {
+      await this.#closeParts("close");
+    } finally {
+      await this.#runWorkers.close();
+    }
   }
 
-  /** Closes the current parts once (a restart may have closed them already). */
-  async #closeParts(): Promise<void> {
+  /**
+   * Closes the current parts once (a restart may have closed them already), then releases the workers the run started
+   * for them: stopped for good on `close()`, brought back by the next build after a failure (`"restart"`).
+   */
+  async #closeParts(reason: ReleaseReason): Promise<void> {
     if (this.#partsClosed) return;
     this.#partsClosed = true;
-    await this.closeParts();
+    try {
+      await this.closeParts();
+    } finally {
+      const { pool, owned } = this.workerPool();
+      if (owned) await this.#runWorkers.release(pool, reason);
+    }
   }
 
   /** For `await using`. */
@@ -241,10 +261,13 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   /** Writes the checkpoint of `step` into `dir` (weights, optimizer and the data position). */
   protected abstract saveCheckpoint(dir: string, step: number): Promise<void>;
 
-  /** Releases what the subclass holds (envs, weight sync, workers or its models in a given pool); called once per build. */
+  /**
+   * Releases what the subclass holds (envs, weight sync, its models in a given pool); called once per build. The
+   * workers the run started are released after it by `RunBase` (see {@link workerPool}).
+   */
   protected abstract closeParts(): Promise<void>;
 
-  /** The pool the current parts run on, and whether the run started it (a restart then closes it whatever happens). */
+  /** The pool the current parts run on, and whether the run started it (then released after every build's parts). */
   protected abstract workerPool(): { readonly pool: WorkerPool; readonly owned: boolean };
 
   /**

@@ -15,6 +15,7 @@ import type { ReferenceModel } from "../trainers/reference.js";
 import { Trainer } from "../trainers/trainer.js";
 import { toOptimizerConfig, toScheduleConfig, type ModelConfigSchema, type RunOptimizerSchema, type RunScheduleSchema } from "./config-blocks.js";
 import type { RunDirectory } from "./run-directory.js";
+import type { RunWorkers, RunWorkerSlot } from "./run-workers.js";
 
 /** Options of `GRPOTrainer.create` and `SFTTrainer.create` that are not part of the run config. */
 export const RunOptionsSchema = z.strictObject({
@@ -84,23 +85,22 @@ export function poolOptionsOf(options: object): RunPoolOptions | undefined {
 }
 
 /**
- * The workers of a run: `pool` when given, else `count` local workers on `device` (default the model's; each role
- * then loads its models on its own device, see {@link loadPolicy}), with `extra` options (tests only).
+ * The workers of a run: `pool` when given (`owned` false), else the run's own workers for `slots` (one per worker, in
+ * pool order) from `workers`, on `device` (default the model's; each role then loads its models on its own device,
+ * see {@link loadPolicy}).
  */
 export async function openPool(
-  model: ModelConfig,
-  count: number,
+  workers: RunWorkers,
+  slots: readonly RunWorkerSlot[],
   pool: WorkerPool | undefined,
   signal: AbortSignal | undefined,
-  device: RunDevice = model.device,
-  extra?: RunPoolOptions,
+  device: RunDevice,
 ): Promise<{ pool: WorkerPool; owned: boolean }> {
   if (pool !== undefined) {
-    if (pool.size < count) throw new InvalidArgumentError(`options.pool: the run needs ${count} workers, the pool has ${pool.size}`);
+    if (pool.size < slots.length) throw new InvalidArgumentError(`options.pool: the run needs ${slots.length} workers, the pool has ${pool.size}`);
     return { pool, owned: false };
   }
-  const opened = await WorkerPool.local({ ...extra, workers: count, device, ...(signal !== undefined ? { signal } : {}) });
-  return { pool: opened, owned: true };
+  return { pool: await workers.open(slots, device, signal), owned: true };
 }
 
 /**

@@ -7,6 +7,7 @@ import { FieldsSchema } from "../envs/data/fields.js";
 import { DigitSortOptionsSchema } from "../envs/tasks/digit-sort.js";
 import { SFTLossOptionsSchema } from "../objectives/index.js";
 import { CheckpointConfigSchema, checkLength, ModelConfigSchema, RunOptimizerSchema, RunScheduleSchema, SupervisionConfigSchema } from "./config-blocks.js";
+import { checkClusterConfig, ClusterConfigSchema } from "./cluster-config.js";
 
 const Files = z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]);
 
@@ -85,11 +86,16 @@ export const SFTTrainerConfigSchema = z
     checkpoint: CheckpointConfigSchema.prefault({}),
     /** Restarts after a worker failure (default `{ maxRestarts: 3, backoffMs: 1000 }`). */
     supervision: SupervisionConfigSchema.prefault({}),
+    /** Where the workers run: `{ type: "local" }` (default) or `{ type: "ray", ... }` (docs/scaling.md, "Placement on Ray"). */
+    cluster: ClusterConfigSchema.prefault({ type: "local" }),
     /** Seeds the data order and the tiny model (default 0). */
     seed: z.number().int().nonnegative().default(0),
     runDir: z.string().min(1),
   })
-  .superRefine(checkLength);
+  .superRefine(checkLength)
+  .superRefine((c, ctx) => {
+    checkClusterConfig(c.cluster, c.supervision.maxRestarts, { trainer: c.model.device }, ctx);
+  });
 
 /** The run config of `SFTTrainer` (input form). */
 export type SFTTrainerConfigInput = z.input<typeof SFTTrainerConfigSchema>;

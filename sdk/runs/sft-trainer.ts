@@ -19,7 +19,8 @@ import { restoreCheckpoint } from "./restore.js";
 import { RunBase } from "./run-base.js";
 import { RunDirectory } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
-import { createPolicyTrainer, loadPolicy, logger, modelPath, openPool, POLICY_MODEL, poolOptionsOf, runLength, RunOptionsSchema, type RunOptions, type RunPoolOptions } from "./setup.js";
+import { createPolicyTrainer, loadPolicy, logger, modelPath, openPool, POLICY_MODEL, poolOptionsOf, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
+import { runWorkers, type RunWorkers } from "./run-workers.js";
 import { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput, type SFTDataConfigSchema } from "./sft-config.js";
 import { loadConversations, renderConversations, SFTBatches, type SFTPosition } from "./sft-data.js";
 
@@ -29,7 +30,7 @@ export const SFTTrainerOptionsSchema = RunOptionsSchema;
 /** Options of {@link SFTTrainer.create} besides the config (input form). */
 export type SFTTrainerOptions = RunOptions;
 
-const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "runDir"] as const;
+const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "cluster", "runDir"] as const;
 
 type SftData = z.output<typeof SFTDataConfigSchema>;
 
@@ -39,8 +40,8 @@ interface Setup {
   readonly options: z.output<typeof SFTTrainerOptionsSchema>;
   readonly runDir: RunDirectory;
   readonly log: (line: string) => void;
-  /** Extra options for the pools the run starts (tests only: `POOL_OPTIONS`). */
-  readonly poolOptions: RunPoolOptions | undefined;
+  /** The worker the run starts itself (unless `options.pool`), across restarts. */
+  readonly workers: RunWorkers;
 }
 
 interface Parts {
@@ -71,9 +72,9 @@ function heldOutData(config: SFTTrainerConfig): SftData | null {
  * worker failure) the same when there is one and starts from scratch when there is none; both drop the lines logged
  * after it.
  */
-async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart"): Promise<Parts> {
+async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart", signal: AbortSignal | undefined = s.options.signal): Promise<Parts> {
   const { config: c, options: o, runDir, log } = s;
-  const { pool, owned } = await openPool(c.model, 1, o.pool, o.signal, c.model.device, s.poolOptions);
+  const { pool, owned } = await openPool(s.workers, [{ role: "trainer", device: c.model.device }], o.pool, signal, c.model.device);
   try {
     const worker = pool.worker(0);
     const path = await modelPath(c.model, runDir, c.seed, log);
@@ -113,7 +114,8 @@ async function buildParts(s: Setup, mode: "fresh" | "resume" | "restart"): Promi
         : null;
     return { setup: s, config: c, runDir, pool, ownsPool: owned, trainer, batches, evalExamples, evalEnv, totalSteps, startStep, log, signal: o.signal };
   } catch (err) {
-    if (owned) await pool.close();
+    // a restart's worker comes back for its next attempt; a failed create or resume stops it
+    if (owned) await s.workers.release(pool, mode === "restart" ? "restart" : "close");
     throw err;
   }
 }
@@ -143,6 +145,7 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
   private constructor(parts: Parts) {
     super({
       ...parts,
+      runWorkers: parts.setup.workers,
       name: "SFTTrainer",
       evalLine: (e) => ({ eval_loss: e.loss, ...(e.rewardMean !== null ? { eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd } : {}) }),
       userLog: parts.setup.options.log,
@@ -173,17 +176,20 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     const resumable = await runDir.prepare(o.resume);
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS, SFTTrainerConfigSchema);
     await runDir.writeConfig(c);
-    return new SFTTrainer(await buildParts({ config: c, options: o, runDir, log: logger(o.log), poolOptions: poolOptionsOf(options) }, resumable ? "resume" : "fresh"));
+    const setup: Setup = { config: c, options: o, runDir, log: logger(o.log), workers: runWorkers(c.cluster, poolOptionsOf(options)) };
+    try {
+      return new SFTTrainer(await buildParts(setup, resumable ? "resume" : "fresh"));
+    } catch (err) {
+      await setup.workers.close();
+      throw err;
+    }
   }
 
   /** Stops the worker it started (or drops its trainer and model from `pool`). */
   protected override async closeParts(): Promise<void> {
     const p = this.#parts;
     await p.evalEnv?.close();
-    if (p.ownsPool) {
-      await p.pool.close();
-      return;
-    }
+    if (p.ownsPool) return; // RunBase releases the worker the run started
     await p.trainer.close().catch(() => undefined);
     for (const name of [POLICY_MODEL, "ref"]) await p.trainer.worker.unloadModel(name).catch(() => undefined);
   }
@@ -194,7 +200,7 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
 
   /** After a worker failure (the parts closed): builds them again on fresh workers from the last checkpoint. */
   protected override async restartParts(): Promise<{ trainer: Trainer; startStep: number }> {
-    const parts = await buildParts(this.#parts.setup, "restart");
+    const parts = await buildParts(this.#parts.setup, "restart", this.stopSignal);
     this.#install(parts);
     return parts;
   }

@@ -20,7 +20,7 @@ export type SupervisionSettings = z.output<typeof SupervisionConfigSchema>;
 /** What the supervisor reads of a worker: its name and whether its connection is alive. */
 export interface SupervisedWorker {
   readonly name: WorkerClient["name"];
-  readonly connection: { readonly alive: boolean };
+  readonly connection: { readonly alive: boolean; readonly failure?: Error | undefined };
 }
 
 /** A worker of the run and its role (`"trainer"`, `"generator"`, `"reference"`). */
@@ -113,6 +113,9 @@ export class Supervisor {
     // named before the parts are closed (closing ends every worker's connection); a failure while restarting is of
     // a fresh worker the run does not hold yet, and goes unnamed
     let who = this.#failedWorker();
+    // another worker's error may come first (a collective broken by the dead rank): the event names the death itself
+    const death = who?.worker.connection.failure;
+    if (!isWorkerLoss(failure) && isWorkerLoss(death)) failure = death;
     for (;;) {
       if (aborted()) return this.#stopped(step);
       if (notRestartable !== undefined) {
@@ -142,8 +145,8 @@ export class Supervisor {
       try {
         resumed = await restart.build();
       } catch (err) {
-        // the start was aborted (the run is stopping): not a failure of the restart
-        if (aborted() && codeOf(err) === "WORKER_START_FAILED") return this.#stopped(step);
+        // the start was aborted (the run is stopping; a Ray restart ends with the abort's own error): not a failure
+        if (aborted()) return this.#stopped(step);
         // a worker lost (or not started) while restarting counts as one more failure; anything else ends the run
         if (!isWorkerLoss(err) && codeOf(err) !== "WORKER_START_FAILED") throw err;
         this.#counted(attempt);

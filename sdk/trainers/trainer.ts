@@ -7,7 +7,7 @@ import type { TensorDict } from "../tensordict/index.js";
 import { WorkerClient } from "../workers/client.js";
 import type { CheckpointInfo, LossResult, RestoredState, TrainerState, TrainStepResult } from "../workers/trainer-results.js";
 import { typedTrainingError } from "./errors.js";
-import { freePort } from "./free-port.js";
+import { storeAddress } from "./store-address.js";
 import {
   TrainerGroupOptionsSchema,
   TrainerOptionsSchema,
@@ -108,7 +108,7 @@ export class Trainer {
   /**
    * Creates a data-parallel trainer group over `workers` (rank i = `workers[i]`, each a different worker with the
    * model `options.model` loaded, the same weights in each): their workers join one torch.distributed process group
-   * (`dist_init`, a store on a free loopback port unless `parallel.initMethod` is given), then each creates its
+   * (`dist_init`, a store on a free port of rank 0's node unless `parallel.initMethod` is given), then each creates its
    * trainer with the model wrapped by DDP or sharded by FSDP2 (`parallel.strategy`). Every loss is normalised by
    * the whole batch's counts, so N ranks train as one worker on the whole batch. A worker belongs to at most one
    * process group: {@link close} leaves it. A KL reference is either a model outside the group or one per rank
@@ -129,7 +129,7 @@ export class Trainer {
     const resolved: ResolvedTrainerOptions = { ...rest, reference: perRank?.[0] ?? (reference as ReferenceModel | null) };
     const callOptions = withWatchdog(requestOptions, resolved.callWatchdogMs);
     const backend = parallel.backend ?? (await backendOf(ranks[0]!, resolved.model, callOptions));
-    const initMethod = parallel.initMethod ?? `tcp://127.0.0.1:${String(await freePort())}`;
+    const initMethod = parallel.initMethod ?? (await storeAddress(ranks[0]!, callOptions));
     const group: ResolvedParallelOptions = { ...parallel, backend, initMethod };
 
     const joined = await settle(

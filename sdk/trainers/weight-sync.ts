@@ -15,7 +15,7 @@ import { InvalidArgumentError } from "../core/errors.js";
 import type { WorkerClient } from "../workers/client.js";
 import type { MethodResult } from "../workers/methods.js";
 import { parseOptions } from "../core/validation.js";
-import { freePort } from "./free-port.js";
+import { storeAddress } from "./store-address.js";
 
 /** A model in a worker: a trainer (`{ worker, model }`) or a generator. */
 export interface WeightEndpoint {
@@ -143,8 +143,11 @@ export const ZMQWeightSyncOptionsSchema = z.strictObject({
    * "Security"); a worker started by hand with `--insecure` transfers over loopback tcp only.
    */
   transport: z.enum(["ipc", "tcp"]).default("ipc"),
-  /** Interface the generator binds for tcp (default `"127.0.0.1"`; another address only with the pool's keys). */
-  host: z.string().min(1).default("127.0.0.1"),
+  /**
+   * Interface every generator binds for tcp (default: each generator's own node address, `WorkerClient.nodeAddress`:
+   * `"127.0.0.1"` for a local worker, its node's address for one placed on Ray; another address only with the pool's keys).
+   */
+  host: z.string().min(1).optional(),
   /** How long either side waits for the other, in ms. Default 120 000. */
   timeoutMs: z.number().int().min(1).default(120_000),
   /**
@@ -216,7 +219,8 @@ export class ZMQWeightSyncScheme implements WeightSyncScheme {
     const { transport, host } = this.options;
     const listens: MethodResult<"weights_listen">[] = [];
     for (const target of this.targets) {
-      listens.push((await target.worker.invoke("weights_listen", { model: target.model, transport, host }, [], requestOptions)).result);
+      const args = { model: target.model, transport, host: host ?? target.worker.nodeAddress };
+      listens.push((await target.worker.invoke("weights_listen", args, [], requestOptions)).result);
     }
     return listens;
   }
@@ -292,7 +296,7 @@ export class DistributedWeightSyncScheme implements WeightSyncScheme {
     if (new Set(members.map((m) => m.worker)).size !== members.length) {
       throw new InvalidArgumentError("DistributedWeightSyncScheme targets: every member must be in its own worker");
     }
-    const initMethod = resolved.initMethod ?? `tcp://127.0.0.1:${await freePort()}`;
+    const initMethod = resolved.initMethod ?? (await storeAddress(source.worker, requestOptions));
     const common = { backend: resolved.backend, initMethod, worldSize: members.length, timeoutMs: resolved.timeoutMs };
     await together(
       members.map((m, rank) => (signal: AbortSignal) => m.worker.invoke("dist_init", { ...common, rank }, [], withSignal(requestOptions, signal))),

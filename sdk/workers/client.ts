@@ -45,6 +45,23 @@ export class WorkerClient {
     return this.connection.name;
   }
 
+  /**
+   * The address of the node the worker runs on: a Ray worker's node address (what other nodes reach it at), and
+   * `"127.0.0.1"` for a local worker.
+   *
+   * ```ts
+   * const initMethod = `tcp://${worker.nodeAddress}:${port}`;
+   * ```
+   */
+  get nodeAddress(): string {
+    return this.connection.node?.address ?? "127.0.0.1";
+  }
+
+  /** The Ray node id of a Ray worker's node; `undefined` for a local worker. */
+  get nodeId(): string | undefined {
+    return this.connection.node?.id;
+  }
+
   /** What the worker reported in its handshake: versions, devices, capabilities. */
   get info(): WorkerInfo {
     return this.connection.info;

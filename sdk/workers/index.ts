@@ -3,7 +3,7 @@
  * table (`WORKER_METHODS`). See docs/workers.md.
  */
 export { WorkerClient, type MethodReply } from "./client.js";
-export { WorkerPool, type WorkerPoolOptions } from "./pool.js";
+export { WorkerPool, type RayWorkerPoolOptions, type WorkerPlacement, type WorkerPoolOptions } from "./pool.js";
 export { WORKER_METHODS, type MethodArgs, type MethodResult, type PayloadShape, type WorkerMethod, type WorkerMethodName } from "./methods.js";
 export {
   LoadModelOptionsSchema,

@@ -105,6 +105,8 @@ export const WORKER_METHODS = {
   weights_broadcast: method(z.strictObject({ model: Name, src: z.number().int().min(0), bucketBytes: BucketBytes }), WeightSyncReplySchema),
   weights_get: method(OnModel, WeightsGetReplySchema, "none", "tensors"),
   weights_digest: method(OnModel, WeightsDigestSchema),
+  /** A tcp port free now on the worker's node (for a torch.distributed store there), bound on `host` when given. */
+  free_port: method(z.strictObject({ host: Name.optional() }), z.object({ port: z.number().int().min(1).max(65535) })),
 } as const satisfies Record<string, WorkerMethod>;
 
 /** A worker method's wire name. */

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,27 @@ def test_handshake_rejects_other_protocol_version(client: Client) -> None:
 def test_ping(client: Client) -> None:
     reply, frames = client.call("ping")
     assert ok(reply) == {} and reply["payloads"] == [] and frames == []
+
+
+def test_free_port_is_bindable_on_the_asked_interface(client: Client) -> None:
+    port = ok(client.call("free_port")[0])["port"]  # host defaults to 127.0.0.1
+    assert 1 <= port <= 65535
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))  # free right after the answer
+    assert ok(client.call("free_port", {"host": "127.0.0.1"})[0])["port"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("localhost", "must be an IP address"),
+        ("", '"host"'),
+        ("203.0.113.7", "not an address of this machine"),
+    ],
+)
+def test_free_port_refuses_a_bad_host(client: Client, host: str, expected: str) -> None:
+    message = error(client.call("free_port", {"host": host})[0], "BAD_ARGUMENTS")
+    assert '"host"' in message and expected in message
 
 
 # ---- compute methods -----------------------------------------------------------------------------------

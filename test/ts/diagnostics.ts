@@ -1,5 +1,6 @@
 // Calls of the test worker extension test/python/extensions/diagnostics.py (`row_sums`, `compute_for`): methods that
 // exist only for tests of the codec, liveness, timeouts and cancellation, so they are not in the SDK's method table.
+import { readdirSync, readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { z } from "zod";
 import type { RequestOptions } from "../../sdk/index.js";
@@ -33,4 +34,65 @@ export function isAlive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** State letter and parent pid of `pid` from `/proc/<pid>/stat`, or `undefined` once it is gone. */
+function procStat(pid: number): { state: string; ppid: number } | undefined {
+  try {
+    const stat = readFileSync(`/proc/${String(pid)}/stat`, "utf8");
+    const [state, ppid] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return { state: state!, ppid: Number(ppid) };
+  } catch {
+    return undefined;
+  }
+}
+
+/** True while `pid` runs: false once it is gone or a zombie (orphans may wait for a reaper that never comes). */
+export function isRunning(pid: number): boolean {
+  const stat = procStat(pid);
+  return stat !== undefined && stat.state !== "Z";
+}
+
+/** Polls until `pid` no longer runs, for at most `timeoutMs`; whether it stopped. */
+export async function stopsRunning(pid: number, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (isRunning(pid)) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return true;
+}
+
+/** The parent of `pid` (`undefined` once it is gone). */
+export function parentOf(pid: number): number | undefined {
+  return procStat(pid)?.ppid;
+}
+
+/** Pids of the running (not zombie) processes other than this one whose command line contains `marker`. */
+export function processesWith(marker: string): number[] {
+  return runningPids().filter((pid) => {
+    try {
+      return readFileSync(`/proc/${String(pid)}/cmdline`, "utf8").includes(marker);
+    } catch {
+      return false; // it ended while we looked
+    }
+  });
+}
+
+/** Every running process below `root` now (its children, their children, ...). */
+export function descendantsOf(root: number): number[] {
+  const parents = new Map(runningPids().map((pid) => [pid, parentOf(pid)]));
+  const found: number[] = [];
+  for (let frontier = [root]; frontier.length > 0; ) {
+    frontier = [...parents].filter(([, ppid]) => ppid !== undefined && frontier.includes(ppid)).map(([pid]) => pid);
+    found.push(...frontier);
+  }
+  return found;
+}
+
+function runningPids(): number[] {
+  return readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry))
+    .map(Number)
+    .filter((pid) => pid !== process.pid && isRunning(pid));
 }

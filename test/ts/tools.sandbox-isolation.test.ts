@@ -4,33 +4,18 @@
 // directory. Each probe is also run where it must succeed (an unsandboxed interpreter, or while the sandbox
 // runs) so that a failure inside the sandbox means isolation, not a broken probe.
 import { execFile } from "node:child_process";
-import { closeSync, existsSync, fstatSync, openSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, openSync, readdirSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { launchLocalWorkers, resolvePython, type LocalWorkers } from "../../bridge/index.js";
 import { PythonSandbox, SandboxUnavailableError, sandboxSupport } from "../../sdk/envs/tools/index.js";
+import { processesWith } from "./diagnostics.js";
 
 const support = await sandboxSupport();
 const python = resolvePython();
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Host pids of live (not zombie) processes whose command line contains `marker`. */
-function processesWith(marker: string): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      if (stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) === "Z") continue;
-      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(marker)) found.push(Number(entry));
-    } catch {
-      // the process ended while we looked
-    }
-  }
-  return found;
-}
 
 /** Runs `code` in an unsandboxed `python -I` (the control run of a probe); resolves with its stdout. */
 function runUnsandboxed(code: string): Promise<string> {

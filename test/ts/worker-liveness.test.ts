@@ -2,7 +2,6 @@
 // per-call watchdog (connection default, per call, or a trainer's `callWatchdogMs`) fails the connection and kills a
 // worker whose compute thread hangs, its process group with it, unlike a plain timeout which gives up on one request
 // only.
-import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -19,31 +18,11 @@ import {
   WorkerPool,
   type WorkerClient,
 } from "../../sdk/index.js";
-import { computeFor, DIAGNOSTICS_EXTENSION, isAlive } from "./diagnostics.js";
+import { computeFor, DIAGNOSTICS_EXTENSION, isAlive, isRunning, stopsRunning } from "./diagnostics.js";
 
 /** The test-only faults: `hang` (a compute method that never returns), `spawn_stderr_holder`, `spawn_group_child`. */
 const LIVENESS_EXTENSION = resolve(import.meta.dirname, "../python/extensions/liveness.py");
 const EXTENSIONS = [DIAGNOSTICS_EXTENSION, LIVENESS_EXTENSION];
-
-/** True while `pid` runs: false once it is gone or a zombie (orphans may wait for a reaper that never comes). */
-function isRunning(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-  } catch {
-    return false;
-  }
-}
-
-/** Polls until `pid` no longer runs, for at most `timeoutMs`; whether it stopped. */
-async function stopsRunning(pid: number, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (isRunning(pid)) {
-    if (Date.now() > deadline) return false;
-    await delay(50);
-  }
-  return true;
-}
 
 /** Starts a call that blocks the worker's compute thread for good (its rejection is observed by the caller). */
 function hang(worker: WorkerClient, options: { timeoutMs?: number; watchdogMs?: number } = {}): Promise<unknown> {

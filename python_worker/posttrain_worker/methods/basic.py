@@ -1,4 +1,4 @@
-"""The protocol-version-1 methods every worker serves: handshake, info, ping, echo, shutdown
+"""The protocol-version-1 methods every worker serves: handshake, info, ping, echo, shutdown, free_port
 (docs/protocol.md, "Methods"). The test-only ``row_sums`` and ``compute_for`` live in a worker extension,
 ``test/python/extensions/diagnostics.py``.
 """
@@ -6,10 +6,13 @@
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 import platform
+import socket
 from dataclasses import dataclass, field
 from functools import cache
+from operator import itemgetter
 from typing import Any
 
 import numpy
@@ -21,7 +24,7 @@ import posttrain_worker
 from posttrain_worker import PROTOCOL_VERSION
 from posttrain_worker.models.vllm_import import vllm_installed
 from posttrain_worker.protocol.args import Arg, ArgsSchema
-from posttrain_worker.protocol.errors import UNSUPPORTED_VERSION, WorkerFailure
+from posttrain_worker.protocol.errors import BAD_ARGUMENTS, UNSUPPORTED_VERSION, WorkerFailure
 from posttrain_worker.server.registry import CallContext, MethodOutcome, MethodRegistry
 
 # ---- handshake / info ----------------------------------------------------------------------------------
@@ -141,6 +144,37 @@ def echo(ctx: CallContext, _args: None) -> MethodOutcome:
     return MethodOutcome({}, list(ctx.payloads))
 
 
+# ---- free_port -----------------------------------------------------------------------------------------
+
+FREE_PORT_ARGS = ArgsSchema(
+    (Arg("host", "string", default="127.0.0.1", non_empty=True),), build=itemgetter("host")
+)
+
+
+def free_port(_ctx: CallContext, host: str) -> dict[str, Any]:
+    """A TCP port free now on ``host``, an IP address of THIS worker's machine (bind port 0, read, close).
+
+    The SDK picks the torch.distributed store port this way on rank 0's node, which under Ray is another
+    machine. The port is free when answered, not reserved: another process may take it before it is used.
+    """
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise WorkerFailure(
+            BAD_ARGUMENTS, f'"host" must be an IP address such as "127.0.0.1" or "::1", got {host!r}'
+        ) from None
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((str(address), 0))
+            port = sock.getsockname()[1]
+    except OSError as exc:
+        raise WorkerFailure(
+            BAD_ARGUMENTS, f'"host" {host!r} is not an address of this machine (bind failed: {exc.strerror})'
+        ) from None
+    return {"port": int(port)}
+
+
 # ---- registration --------------------------------------------------------------------------------------
 
 
@@ -150,3 +184,4 @@ def register_basic_methods(registry: MethodRegistry) -> None:
     registry.add("ping", ping, thread="io")
     registry.add("echo", echo, thread="compute", payloads="any")
     registry.add("shutdown", shutdown, thread="io")
+    registry.add("free_port", free_port, thread="io", args=FREE_PORT_ARGS)
