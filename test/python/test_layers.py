@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[int, str, str], ...] = (
     (5, "transfer", "rl"),  # weights between workers: ZeroMQ pair, torch.distributed
     (6, "methods", "top"),  # the RPC glue: registers the RL code's entry points as worker methods
     (7, "cli", "top"),
-    (7, "placement", "top"),  # the Ray driver and actor: programs of their own that start workers as processes
+    (7, "placement", "top"),  # the Ray driver and actor: programs of their own that start workers
     (8, "__main__", "top"),
 )
 LAYER = {package: layer for layer, package, _ in LAYERS}
