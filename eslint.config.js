@@ -2,7 +2,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["node_modules/", "dist/", ".venv/", "python_worker/", "**/*.mjs"] },
+  { ignores: ["node_modules/", "dist/", ".venv/", "python_worker/", "docs/reference/", "**/*.mjs"] },
   js.configs.recommended,
   ...tseslint.configs.strictTypeChecked,
   {

@@ -1,6 +1,8 @@
 /**
  * posttrain bridge: the transport layer between TypeScript and the Python workers — ZeroMQ sockets,
  * the envelope protocol, the Arrow codec, worker process supervision. It knows nothing of RL.
+ *
+ * @module posttrain/bridge
  */
 export * from "./errors.js";
 export * from "./wire/index.js";
@@ -27,7 +29,6 @@ export {
 } from "./worker/process.js";
 export { WorkerConnection, type ConnectionOptions, type OpenConnectionOptions } from "./worker/connection.js";
 export {
-  countCudaDevices,
   launchLocalWorkers,
   type LocalDevice,
   type LocalWorkers,

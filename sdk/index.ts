@@ -2,6 +2,8 @@
  * posttrain: a typed TypeScript SDK for LLM post-training whose tensor compute runs in Python/PyTorch
  * workers. This entry point re-exports the public API; the transport layer is also available as
  * `posttrain/bridge`.
+ *
+ * @module posttrain
  */
 export * from "./tensordict/index.js";
 export * from "./data/index.js";

@@ -78,6 +78,7 @@ export const WorkerMessageSchema = z.discriminatedUnion("type", [ResponseEnvelop
 
 export type RequestEnvelope = z.infer<typeof RequestEnvelopeSchema>;
 export type ResponseEnvelope = z.infer<typeof ResponseEnvelopeSchema>;
+/** A worker's answer to a heartbeat: whether it is busy and how many requests it has queued. */
 export type HeartbeatReply = z.infer<typeof HeartbeatReplySchema>;
 export type WorkerMessage = z.infer<typeof WorkerMessageSchema>;
 export type ClientMessage =

@@ -61,7 +61,7 @@ export const ConnectionAuthSchema = z.strictObject({
   curve: z.strictObject({ serverPublicKey: Z85Key, publicKey: Z85Key, secretKey: Z85Key }).optional(),
 });
 
-/** The `auth` option of a connection (see {@link ConnectionAuthSchema}). */
+/** The `auth` option of a connection (see `ConnectionAuthSchema`). */
 export type ConnectionAuth = z.infer<typeof ConnectionAuthSchema>;
 
 /**

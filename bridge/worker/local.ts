@@ -63,6 +63,7 @@ export interface LocalWorkers {
   readonly connections: readonly WorkerConnection[];
   /** The private directory holding the ipc sockets. */
   readonly socketDir: string;
+  /** Closes the connections, stops the workers and removes the socket directory. */
   close(): Promise<void>;
 }
 

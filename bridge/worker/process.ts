@@ -82,7 +82,7 @@ const STDERR_DRAIN_MS = 100;
 export class WorkerProcess implements SupervisedWorker {
   /**
    * Resolves soon after the process has exited: at once when its pipes close with it, else after
-   * {@link STDERR_DRAIN_MS} of reading what is left of its stderr (a grandchild may hold the pipes open).
+   * `STDERR_DRAIN_MS` of reading what is left of its stderr (a grandchild may hold the pipes open).
    */
   readonly exited: Promise<WorkerExit>;
   private exitInfo: WorkerExit | undefined;

@@ -2,6 +2,8 @@
  * Collectors (TorchRL's `LLMCollector`): run a policy in an environment and hand out the collected dialog turns as an
  * async iterable, optionally into a replay buffer, or collect into one in the background (`start`, `takeBatch`);
  * `GeneratorPool` makes several generators one policy. See docs/collectors.md.
+ *
+ * @module posttrain/collectors
  */
 export { CollectorStateError } from "./errors.js";
 export { GENERATOR_KEY, GeneratorPool, GeneratorPoolOptionsSchema, type GeneratorPoolOptions, type GeneratorStats } from "./generator-pool.js";

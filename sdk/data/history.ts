@@ -178,6 +178,7 @@ export class History implements Iterable<ChatMessage> {
     return [...this.#messages];
   }
 
+  /** The messages, oldest first. */
   [Symbol.iterator](): Iterator<ChatMessage> {
     return this.#messages[Symbol.iterator]();
   }
@@ -353,6 +354,7 @@ export class HistoryBatch implements Iterable<History> {
     return this.#rows.map((h) => h.toJSON());
   }
 
+  /** The rows' conversations, in batch order. */
   [Symbol.iterator](): Iterator<History> {
     return this.#rows[Symbol.iterator]();
   }

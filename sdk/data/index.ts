@@ -2,6 +2,8 @@
  * posttrain's data structures. `History` (one conversation) and `HistoryBatch` (one History per batch row), with
  * chat-template rendering and parsing (TorchRL's `History`, `History.from_text`). See docs/history.md. Loading it
  * registers `HistoryBatch` as a TensorDict leaf type and adds `TensorDict.getHistory` (history.ts does both).
+ *
+ * @module posttrain/data
  */
 export {
   CHATML,

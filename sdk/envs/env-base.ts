@@ -35,7 +35,10 @@ export interface EnvCallOptions {
  */
 export type Policy =
   | ((td: TensorDict, options: RequestOptions) => MaybePromise<TensorDict>)
-  | { forward(td: TensorDict, options?: RequestOptions): MaybePromise<TensorDict> };
+  | {
+      /** Answers the observation `td` with the action (e.g. a wrapper's generated response). */
+      forward(td: TensorDict, options?: RequestOptions): MaybePromise<TensorDict>;
+    };
 
 /** Options of {@link EnvBase.rollout} (TorchRL's names, camelCased). */
 export const RolloutOptionsSchema = z.strictObject({

@@ -1,6 +1,8 @@
 /**
  * Environments (TorchRL's `EnvBase`, `TransformedEnv`, `ChatEnv`, `DatasetChatEnv`), their transforms, dataset
  * loading and rewards. See docs/envs.md.
+ *
+ * @module posttrain/envs
  */
 export * from "./keys.js";
 export {
@@ -48,7 +50,6 @@ export { FieldSpecSchema, FieldsSchema, type DatasetColumns, type FieldKind, typ
 export { DATASET_EXTENSIONS, readDatasetFile, type DatasetFile } from "./data/read.js";
 export type { DatasetRow } from "./data/plain.js";
 export { seededPermutation } from "./data/shuffle.js";
-export { mapBounded } from "./concurrency.js";
 export {
   RewardSpecSchema,
   RewardTransform,

@@ -60,6 +60,12 @@ const FULL_KEYS: Readonly<Record<ResolvedLLMWrapperOptions["inputMode"], NestedK
   tokens: ["tokens", "full"],
 };
 
+/** Per-call options of `forward`: a timeout and an `AbortSignal`, and a sampling seed for this call only. */
+export interface ForwardOptions extends RequestOptions {
+  /** Overrides `generateKwargs.seed` for this call (e.g. a seed per training step, so a run is reproducible). */
+  readonly seed?: number;
+}
+
 /**
  * What TorchRL's `TransformersWrapper` and `vLLMWrapper` share, over a model held by a worker: `forward(td)` reads
  * the input key of its `inputMode` and writes TorchRL's output keys into a copy of `td`. The worker's `generate` and
@@ -73,12 +79,6 @@ const FULL_KEYS: Readonly<Record<ResolvedLLMWrapperOptions["inputMode"], NestedK
  * - Scoring (`generate: false`): reads `(mode, "full")`; writes `("tokens", "full")`, `("log_probs", "full")`
  *   and, in history mode, the masks of the worker's chat template (`all_assistant_mask`).
  */
-/** Per-call options of `forward`: a timeout and an `AbortSignal`, and a sampling seed for this call only. */
-export interface ForwardOptions extends RequestOptions {
-  /** Overrides `generateKwargs.seed` for this call (e.g. a seed per training step, so a run is reproducible). */
-  readonly seed?: number;
-}
-
 export abstract class LLMWrapperBase {
   private readonly options: ResolvedLLMWrapperOptions;
   private readonly sampling: GenerateOptions | undefined;

@@ -1,6 +1,8 @@
 /**
  * posttrain's objectives: loss configs of the GRPO family and SFT, computed in the worker, and the registry of the
  * policy-gradient variants. See docs/losses.md.
+ *
+ * @module posttrain/objectives
  */
 export { createLoss, LOSS_REGISTRY, LOSS_VARIANTS, type LossVariant, type LossVariantSpec } from "./loss-registry.js";
 export {

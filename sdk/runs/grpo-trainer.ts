@@ -490,7 +490,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     }
   }
 
-  /** Stops the collector and closes the envs and the weight sync; stops the workers it started (or unloads its models from `pool`). */
+  /** Stops the collector and closes the envs and the weight sync; stops the workers it started (or unloads its models from `pool`). @internal */
   protected override async closeParts(): Promise<void> {
     const p = this.#parts;
     await this.#delivery.catch(() => undefined);
@@ -505,18 +505,19 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     }
   }
 
+  /** The run loop's hook, not an extension point. @internal */
   protected override workerPool(): { pool: WorkerPool; owned: boolean } {
     return { pool: this.#parts.pool, owned: this.#parts.ownsPool };
   }
 
-  /** After a worker failure (the parts closed): builds them again on fresh workers from the last checkpoint. */
+  /** After a worker failure (the parts closed): builds them again on fresh workers from the last checkpoint. @internal */
   protected override async restartParts(): Promise<{ trainer: Trainer; startStep: number }> {
     const parts = await buildParts(this.#parts.setup, "restart", undefined, this.stopSignal);
     this.#install(parts);
     return parts;
   }
 
-  /** One GRPO step (`grpoStep`); starts the collector on the first one, and remembers the version and data position. */
+  /** One GRPO step (`grpoStep`); starts the collector on the first one, and remembers the version and data position. @internal */
   protected override async trainStep(step: number): Promise<StepOutcome> {
     const { config } = this.#parts;
     if (!this.#collecting) {
@@ -548,7 +549,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     return outcome;
   }
 
-  /** The held-out reward of the generator after `step` steps (not counted in the next step's timing window). */
+  /** The held-out reward of the generator after `step` steps (not counted in the next step's timing window). @internal */
   protected override async evaluateAt(step: number): Promise<EvalRecord> {
     await this.#delivery; // the generator evaluates this step's weights
     const evaluation = await evaluateOnEnv(this.#parts.evalEnv, this.#evalPolicy(), step);
@@ -579,6 +580,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
    * collector is paused only while the snapshot is taken (the batch in flight is written first); the buffer file is
    * written beside the checkpoint meanwhile and moved in, with the JSON last, once the worker's save has put the
    * checkpoint directory in place.
+   * @internal
    */
   protected override async saveCheckpoint(dir: string, step: number): Promise<void> {
     const dataPosition = { task: this.#trainedPosition, step, policyVersion: this.#policyVersion };

@@ -2,12 +2,15 @@
  * posttrain's whole-run recipes: `GRPOTrainer` and `SFTTrainer` run a post-training job from one config (task or
  * examples, policy in a worker, loss, optimizer, evaluation, checkpoints, resume, a run directory with its report).
  * See docs/trainers.md.
+ *
+ * @module posttrain/runs
  */
 export { ClusterConfigSchema, type ClusterConfig, type ResolvedClusterConfig } from "./cluster-config.js";
 export { NoCheckpointError, RunConfigMismatchError, RunDirectoryError, RunWorkerLostError, TrainerClosedError, type SetAsideCheckpoint } from "./errors.js";
 export { GRPOTrainerConfigSchema, type GRPOTrainerConfig, type GRPOTrainerConfigInput } from "./grpo-config.js";
 export { GRPOTrainer, GRPOTrainerOptionsSchema, type GRPOTrainerOptions } from "./grpo-trainer.js";
 export type { EvalRecord, StepRecord, TrainSummary } from "./records.js";
+export type { MetricRecord, SampleRecord } from "../reports/report.js";
 export type { TrainingRun } from "./run-base.js";
 export type { RunOptions } from "./setup.js";
 export { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput } from "./sft-config.js";

@@ -104,6 +104,7 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   /** Whether the current parts are closed (by `close()`, or by a restart before it builds new ones). */
   #partsClosed = false;
 
+  /** The run loop's hook, not an extension point. @internal */
   protected constructor(parts: RunBaseParts<C>) {
     this.config = parts.config;
     this.runDir = parts.runDir.path;
@@ -166,12 +167,12 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
     return this.#supervisor.restarts;
   }
 
-  /** Aborted when the run stops (its signal, `stop()` or `close()`): a restart's worker start then gives up. */
+  /** Aborted when the run stops (its signal, `stop()` or `close()`): a restart's worker start then gives up. @internal */
   protected get stopSignal(): AbortSignal {
     return this.#stopSignal;
   }
 
-  /** The run's supervisor (a recipe records generator failures with it). */
+  /** The run's supervisor (a recipe records generator failures with it). @internal */
   protected get supervisor(): Supervisor {
     return this.#supervisor;
   }
@@ -252,28 +253,30 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
     return this.close();
   }
 
-  /** Takes step number `step` (1-based) and returns its record and logged samples. */
+  /** Takes step number `step` (1-based) and returns its record and logged samples. @internal */
   protected abstract trainStep(step: number): Promise<StepOutcome>;
 
-  /** A held-out evaluation after `step` steps. */
+  /** A held-out evaluation after `step` steps. @internal */
   protected abstract evaluateAt(step: number): Promise<EvalRecord>;
 
-  /** Writes the checkpoint of `step` into `dir` (weights, optimizer and the data position). */
+  /** Writes the checkpoint of `step` into `dir` (weights, optimizer and the data position). @internal */
   protected abstract saveCheckpoint(dir: string, step: number): Promise<void>;
 
   /**
    * Releases what the subclass holds (envs, weight sync, its models in a given pool); called once per build. The
    * workers the run started are released after it by `RunBase` (see {@link workerPool}).
+   * @internal
    */
   protected abstract closeParts(): Promise<void>;
 
-  /** The pool the current parts run on, and whether the run started it (then released after every build's parts). */
+  /** The pool the current parts run on, and whether the run started it (then released after every build's parts). @internal */
   protected abstract workerPool(): { readonly pool: WorkerPool; readonly owned: boolean };
 
   /**
    * After a worker failure, once the parts are closed: starts fresh workers and builds the parts again as a resume
    * does, from the last checkpoint (or from scratch when there is none), and installs them; resolves with the new
    * trainer and the step it resumed from.
+   * @internal
    */
   protected abstract restartParts(): Promise<{ trainer: Trainer; startStep: number }>;
 }

@@ -185,7 +185,7 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     }
   }
 
-  /** Stops the worker it started (or drops its trainer and model from `pool`). */
+  /** Stops the worker it started (or drops its trainer and model from `pool`). @internal */
   protected override async closeParts(): Promise<void> {
     const p = this.#parts;
     await p.evalEnv?.close();
@@ -194,18 +194,19 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     for (const name of [POLICY_MODEL, "ref"]) await p.trainer.worker.unloadModel(name).catch(() => undefined);
   }
 
+  /** The run loop's hook, not an extension point. @internal */
   protected override workerPool(): { pool: WorkerPool; owned: boolean } {
     return { pool: this.#parts.pool, owned: this.#parts.ownsPool };
   }
 
-  /** After a worker failure (the parts closed): builds them again on fresh workers from the last checkpoint. */
+  /** After a worker failure (the parts closed): builds them again on fresh workers from the last checkpoint. @internal */
   protected override async restartParts(): Promise<{ trainer: Trainer; startStep: number }> {
     const parts = await buildParts(this.#parts.setup, "restart", this.stopSignal);
     this.#install(parts);
     return parts;
   }
 
-  /** One optimizer step on the next batch of examples. */
+  /** One optimizer step on the next batch of examples. @internal */
   protected override async trainStep(step: number): Promise<StepOutcome> {
     const start = performance.now();
     const batch = this.#parts.batches.next();
@@ -217,7 +218,7 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     return { record: record as StepRecord, samples: [] };
   }
 
-  /** Held-out loss (and greedy task reward for digit-sort) after `step` steps. */
+  /** Held-out loss (and greedy task reward for digit-sort) after `step` steps. @internal */
   protected override async evaluateAt(step: number): Promise<EvalRecord> {
     const { evalExamples, evalEnv } = this.#parts;
     const loss = evalExamples === null ? null : ((await this.trainer.computeLoss(evalExamples)).metrics.loss ?? null);
@@ -226,7 +227,7 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     return evaluateOnEnv(heldOut, this.#evalPolicy, step, loss);
   }
 
-  /** The trainer's checkpoint, with the batch order's position. */
+  /** The trainer's checkpoint, with the batch order's position. @internal */
   protected override async saveCheckpoint(dir: string): Promise<void> {
     const data = this.#parts.batches.position;
     const dataPosition: JSONValue = { data: { epoch: data.epoch, index: data.index } };

@@ -1,6 +1,8 @@
 /**
  * posttrain's TensorDict: dense, ragged and string leaves (and those of registered leaf types) sharing a batch size,
  * with TorchRL's operations and a zero-copy bridge to the Arrow wire format. See docs/tensordict.md.
+ *
+ * @module posttrain/tensordict
  */
 export { DTYPES, isDType, itemSize, type DType, type TypedArrayOf, type AnyTypedArray } from "../../bridge/wire/dtypes.js";
 export type { WireBatch } from "../../bridge/wire/index.js";

@@ -2,6 +2,8 @@
  * posttrain's worker-bound training parts: `Trainer` (loss, optimizer and schedule in a worker, or data-parallel over
  * a group of workers), `ReferenceModel`, checkpoints, and weight sync from trainer to generators. See
  * docs/training.md. The whole-run recipes (`GRPOTrainer`, `SFTTrainer`) are in `posttrain/runs`.
+ *
+ * @module posttrain/trainers
  */
 export { NonFiniteLossError, TRAINING_ERROR_CODES, type TrainingErrorCode } from "./errors.js";
 export {

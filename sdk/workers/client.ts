@@ -105,7 +105,9 @@ export class WorkerClient {
 
   /**
    * Loads a Hugging Face causal LM (weights and tokenizer) under `name`. Options are validated before anything
-   * is sent; the worker answers `MODEL_NOT_FOUND` (no such directory, or not on the hub), `MODEL_LOAD_FAILED`
+   * is sent; the worker answers `MODEL_NOT_FOUND` (no such directory, or not on the hub), `MODEL_NOT_CACHED`
+   * (a hub id while offline, `HF_HUB_OFFLINE=1`, that is not in the HF cache), `BAD_ARGUMENTS` (a `path` that
+   * is neither a directory nor a hub id), `MODEL_LOAD_FAILED`
    * (no tokenizer, not a causal LM, unreadable weights), `MODEL_ALREADY_LOADED` or `BACKEND_UNAVAILABLE`
    * (`backend: "vllm"` where the `vllm` package cannot be imported) as a `WorkerError`.
    */

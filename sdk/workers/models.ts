@@ -20,7 +20,7 @@ export const LoadModelOptionsSchema = z
   .strictObject({
   /** Name the model is known by in this worker, e.g. `"policy"` or `"ref"`. */
   name: z.string().min(1),
-  /** A local directory in Hugging Face format, or a hub id (only where the worker is online). */
+  /** A local directory in Hugging Face format, or a hub id (`name` or `namespace/name`; offline, from the HF cache). */
   path: z.string().min(1),
   /** Default `"float32"`. */
   dtype: z.enum(MODEL_DTYPES).default("float32"),

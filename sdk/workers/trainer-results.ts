@@ -12,7 +12,7 @@ import { JSONValueSchema } from "../core/json.js";
  */
 export const MetricsSchema = z.record(z.string(), z.number().nullable());
 
-/** Metrics by name; see {@link MetricsSchema}. */
+/** Metrics by name; see `MetricsSchema`. */
 export type TrainMetrics = z.infer<typeof MetricsSchema>;
 
 /** The reply of `compute_loss`. */
@@ -38,7 +38,7 @@ export const LossResultSchema = z.object({
   localSequences: z.number().int().nonnegative().optional(),
 });
 
-/** The loss of a batch without a step: {@link LossResultSchema}. */
+/** The loss of a batch without a step: `LossResultSchema`. */
 export type LossResult = z.infer<typeof LossResultSchema>;
 
 /** The reply of `train_step`: the loss result plus the learning rate the step used. */
@@ -47,7 +47,7 @@ export const TrainStepResultSchema = LossResultSchema.extend({
   lr: z.number(),
 });
 
-/** One optimizer step's outcome: {@link TrainStepResultSchema}. */
+/** One optimizer step's outcome: `TrainStepResultSchema`. */
 export type TrainStepResult = z.infer<typeof TrainStepResultSchema>;
 
 /** The reply of `trainer_state`. */
@@ -79,7 +79,7 @@ export const TrainerStateSchema = z.object({
   gradientCheckpointing: z.boolean().default(false),
 });
 
-/** A trainer's state in its worker: {@link TrainerStateSchema}. */
+/** A trainer's state in its worker: `TrainerStateSchema`. */
 export type TrainerState = z.infer<typeof TrainerStateSchema>;
 
 /** The extra facts `trainer_create` answers: which inputs the loss reads from the batch. */
@@ -95,11 +95,11 @@ export const CheckpointInfoSchema = z.object({
   dataPosition: JSONValueSchema,
 });
 
-/** A written checkpoint: {@link CheckpointInfoSchema}. */
+/** A written checkpoint: `CheckpointInfoSchema`. */
 export type CheckpointInfo = z.infer<typeof CheckpointInfoSchema>;
 
 /** The reply of `load_checkpoint`: the restored state, the data position saved with it, the directory. */
 export const RestoredSchema = TrainerStateSchema.extend({ dataPosition: JSONValueSchema, path: z.string() });
 
-/** A trainer restored from a checkpoint: {@link RestoredSchema}. */
+/** A trainer restored from a checkpoint: `RestoredSchema`. */
 export type RestoredState = z.infer<typeof RestoredSchema>;

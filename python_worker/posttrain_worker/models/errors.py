@@ -1,7 +1,10 @@
 """Error codes of model hosting (in addition to the protocol's, docs/protocol.md)."""
 
 MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
-"""The path is not a local directory, and it could not be fetched from the hub (or the hub is off)."""
+"""The path is not a local directory, and the hub (reached) has no such model."""
+MODEL_NOT_CACHED = "MODEL_NOT_CACHED"
+"""A Hub id the worker cannot fetch (offline, ``HF_HUB_OFFLINE=1``, or the hub unreachable) and that is not in
+the Hugging Face cache; the message names the id, the cache directory and how to populate it."""
 MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
 """The directory exists but holds no usable causal LM: no tokenizer, not a causal LM, unreadable weights."""
 MODEL_NOT_LOADED = "MODEL_NOT_LOADED"

@@ -1,8 +1,8 @@
 """Named Hugging Face causal LMs held by one worker (``policy``, ``ref``, ...).
 
-Loading checks, in order: the path exists (or is a hub id and the hub is reachable), the config is a causal
-LM, the tokenizer loads, the weights load. Each failure is a :class:`WorkerFailure` naming the path and the
-cause; nothing half-loaded is kept.
+Loading checks, in order: the path exists (or is a hub id: well formed, and reachable online or cached when
+offline, see ``hub``), the config is a causal LM, the tokenizer loads, the weights load. Each failure is a
+:class:`WorkerFailure` naming the path and the cause; nothing half-loaded is kept.
 
 A model has a backend: ``"transformers"`` (the default: ``model`` is the HF model, in this process) or
 ``"vllm"`` (``model`` is None and ``engine`` is a :class:`~posttrain_worker.models.vllm_engine.VllmEngine`
@@ -27,6 +27,7 @@ from posttrain_worker.models.errors import (
     MODEL_NOT_FOUND,
     MODEL_NOT_LOADED,
 )
+from posttrain_worker.models.hub import cached_snapshot, check_hub_id, hub_offline, online_failure
 from posttrain_worker.models.vllm_engine import VllmEngine, VllmOptions
 from posttrain_worker.models.vllm_import import import_vllm
 
@@ -229,12 +230,18 @@ def _open(path: str) -> tuple[str, Any, Any]:
     local = Path(expanded).is_dir()
     if not local and (_looks_local(path) or Path(expanded).exists()):
         raise WorkerFailure(MODEL_NOT_FOUND, f"{path}: no such directory", {"path": path})
+    if not local:
+        check_hub_id(path)
+        if hub_offline():  # the cached snapshot is a local directory: the local checks below apply to it
+            expanded, local = cached_snapshot(path), True
     try:
         config = AutoConfig.from_pretrained(expanded)
     except (OSError, ValueError) as exc:
-        code = MODEL_LOAD_FAILED if local else MODEL_NOT_FOUND
-        where = "no readable config.json" if local else "not a local directory, and not found on the hub"
-        raise WorkerFailure(code, f"{path}: {where} ({exc})", {"path": path}) from None
+        if not local:
+            raise online_failure(path, exc) from None
+        raise WorkerFailure(
+            MODEL_LOAD_FAILED, f"{path}: no readable config.json ({exc})", {"path": path}
+        ) from None
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise WorkerFailure(

@@ -28,6 +28,7 @@ export {
   type SamplerKind,
   type SamplerWithoutReplacementOptions,
 } from "./samplers.js";
+export type { LazyStack } from "./collate.js";
 export { LazyStackStorage, ListStorage, Storage, StorageOptionsSchema, type StorageKind, type StorageOptions } from "./storage.js";
 export { TopKRewardSelector, TopKRewardSelectorOptionsSchema, type TopKRewardSelectorOptions } from "./topk.js";
 export type { ReplayBufferTransform } from "./transform.js";

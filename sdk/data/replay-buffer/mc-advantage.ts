@@ -297,7 +297,7 @@ export class MCAdvantage implements ReplayBufferTransform {
     return { ...c, trajectoryReturnMax: Number.isFinite(c.trajectoryReturnMax) ? c.trajectoryReturnMax : null };
   }
 
-  /** Restores counters saved by {@link state}. */
+  /** Restores counters saved by `state()`. */
   loadState(state: JSONObject): void {
     const parsed = parseOptions(CountersStateSchema, state, "MCAdvantage state");
     this.#counters = { ...parsed, trajectoryReturnMax: parsed.trajectoryReturnMax ?? -Infinity };

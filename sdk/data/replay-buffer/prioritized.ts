@@ -69,6 +69,7 @@ export class PrioritizedSampler extends Sampler {
     return this.#beta;
   }
 
+  /** Sets the importance-sampling exponent (a number ≥ 0). */
   set beta(value: number) {
     this.#beta = parseOptions(PrioritizedSamplerOptionsSchema.shape.beta, value, "PrioritizedSampler beta");
   }

@@ -37,7 +37,7 @@ export class SeededRNG {
     for (let i = 0; i < 4; i++) this.#s[i] = next();
   }
 
-  /** A generator that continues from a state returned by {@link state}. */
+  /** A generator that continues from a state returned by `state()`. */
   static fromState(state: readonly number[]): SeededRNG {
     if (state.length !== 4 || !state.every((w) => Number.isInteger(w) && w >= 0 && w < 2 ** 32) || state.every((w) => w === 0)) {
       throw new InvalidArgumentError(`SeededRNG.fromState: expected four 32-bit words, not all zero, got ${JSON.stringify(state)}`);

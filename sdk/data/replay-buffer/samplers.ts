@@ -56,7 +56,7 @@ export abstract class Sampler {
     return {};
   }
 
-  /** Restores a state from {@link state}; throws INVALID_ARGUMENT naming the bad field. */
+  /** Restores a state from `state()`; throws INVALID_ARGUMENT naming the bad field. */
   loadState(state: unknown): void {
     parseOptions(z.strictObject({}), state, `${this.constructor.name} state`);
   }

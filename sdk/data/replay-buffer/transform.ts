@@ -21,7 +21,7 @@ export interface ReplayBufferTransform {
   forward?(td: TensorDict): TensorDict;
   /** JSON state saved by `ReplayBuffer.save` (e.g. counters). */
   state?(): JSONObject;
-  /** Restores a state returned by {@link state} (`ReplayBuffer.load`). */
+  /** Restores a state returned by `state()` (`ReplayBuffer.load`). */
   loadState?(state: JSONObject): void;
   /**
    * The rows `inv` holds back and has not written yet (e.g. `MCAdvantage`'s incomplete groups), as whole

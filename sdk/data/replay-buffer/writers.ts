@@ -29,6 +29,7 @@ export abstract class Writer {
     return this.#writeCount;
   }
 
+  /** Counts `n` more writes (a subclass calls it from `extend`; the count is saved in `state()`). */
   protected countWrites(n: number): void {
     this.#writeCount += n;
   }
@@ -53,7 +54,7 @@ export abstract class Writer {
     return { cursor: this.cursor, writeCount: this.#writeCount };
   }
 
-  /** Restores a state from {@link state}; throws INVALID_ARGUMENT naming the bad field. */
+  /** Restores a state from `state()`; throws INVALID_ARGUMENT naming the bad field. */
   loadState(state: unknown): void {
     const parsed = parseOptions(CursorStateSchema, state, `${this.constructor.name} state`);
     this.cursor = parsed.cursor;

@@ -57,6 +57,7 @@ export interface PrimedProblem {
 
 /** A seeded source of problems: the same seed gives the same sequence. */
 export interface ProblemGenerator<P extends PrimedProblem> {
+  /** The next problem of the sequence. */
   problem(): P;
 }
 

@@ -120,7 +120,7 @@ export class DataLoadingPrimer extends PrimerBase {
     }
   }
 
-  /** Moves to `position` (as given by {@link position}). */
+  /** Moves to `position` (as given by `position`). */
   seek(position: DataPosition): void {
     const checked = parseOptions(DataPositionSchema, position, "DataLoadingPrimer.seek position");
     if (this.#loaded !== undefined) this.#checkPosition(checked, this.#loaded.size, "DataLoadingPrimer.seek position");

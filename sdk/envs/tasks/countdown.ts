@@ -152,6 +152,7 @@ export class CountdownGenerator implements Iterator<CountdownProblem>, Iterable<
     return { done: false, value: this.problem() };
   }
 
+  /** The generator itself: an endless iterator of puzzles. */
   [Symbol.iterator](): this {
     return this;
   }

@@ -23,7 +23,7 @@ export {
   type SandboxRunOptions,
   type SandboxStatus,
 } from "./sandbox.js";
-export { PythonSandboxOptionsSchema, type PythonSandboxOptions } from "./sandbox-options.js";
+export { PythonSandboxOptionsSchema, type PythonSandboxOptions, type ResolvedSandboxOptions } from "./sandbox-options.js";
 export { sandboxSupport, type SandboxSupport } from "./sandbox-support.js";
 export { ToolTransformBase, ToolTransformOptionsSchema, type ToolCallOptions, type ToolRunOptions, type ToolTransformOptions } from "./tool-transform.js";
 export { PythonInterpreter, PythonInterpreterOptionsSchema, type PythonInterpreterOptions } from "./python-interpreter.js";

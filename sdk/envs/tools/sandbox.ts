@@ -158,6 +158,7 @@ export class PythonSandbox implements AsyncDisposable {
     await Promise.all([...this.live].map((p) => this.retire(p)));
   }
 
+  /** `close()`, for `await using`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }

@@ -37,6 +37,7 @@ export interface SimpleTool<S extends z.ZodType = z.ZodType> {
 const ToolSchema = z.strictObject({
   description: z.string().optional(),
   schema: z.instanceof(z.ZodType, { message: "expected a zod schema" }),
+  /** The tool's function (`SimpleTool.run`). */
   run: z.custom<SimpleTool["run"]>((v) => typeof v === "function", { message: "expected a function" }),
 });
 
