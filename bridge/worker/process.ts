@@ -1,9 +1,9 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { z } from "zod";
 import { WorkerStartError } from "../errors.js";
-import { signalGroup } from "./os-process.js";
-import { LineTail } from "./stderr-tail.js";
+import { signalGroup, spawnPythonModule } from "./os-process.js";
+import type { LineTail } from "./stderr-tail.js";
 
 /** How a worker's stderr is handled: kept as a tail for errors only, or also forwarded to this process's stderr. */
 export type WorkerLogMode = "tail" | "inherit";
@@ -68,12 +68,6 @@ export interface SupervisedWorker {
 
 const READY_PREFIX = "POSTTRAIN_READY ";
 
-/**
- * How long after the process's exit its stderr may still be read into the tail (the last lines a dying worker
- * wrote are usually already in the pipe). Not longer: a grandchild that inherited the pipe keeps it open for as
- * long as it lives, and waiting for the pipe to close delayed the detection of a death by 19 s.
- */
-const STDERR_DRAIN_MS = 100;
 
 /**
  * One `python -m posttrain_worker` child process: spawn, wait for its READY line, keep its stderr tail,
@@ -82,7 +76,7 @@ const STDERR_DRAIN_MS = 100;
 export class WorkerProcess implements SupervisedWorker {
   /**
    * Resolves soon after the process has exited: at once when its pipes close with it, else after
-   * `STDERR_DRAIN_MS` of reading what is left of its stderr (a grandchild may hold the pipes open).
+   * a short drain of reading what is left of its stderr (a grandchild may hold the pipes open).
    */
   readonly exited: Promise<WorkerExit>;
   private exitInfo: WorkerExit | undefined;
@@ -102,42 +96,12 @@ export class WorkerProcess implements SupervisedWorker {
 
   /** Spawns the worker and resolves once it has bound its socket and printed READY. */
   static start(options: WorkerProcessOptions): Promise<WorkerProcess> {
-    const tail = new LineTail();
-    const log = options.log ?? "tail";
-    const child = spawn(options.python, ["-m", "posttrain_worker", ...options.args], {
-      stdio: ["pipe", "pipe", "pipe"],
-      env: { ...process.env, PYTHONUNBUFFERED: "1", ...options.env },
-      // Its own process group: a terminal's Ctrl-C reaches only this Node process, which decides how to stop
-      // (a trainer finishes its step and saves a checkpoint through the worker). The stdin pipe still ends the
-      // worker when this process dies.
-      detached: process.platform !== "win32",
+    const { child, tail, exited } = spawnPythonModule(options.python, "posttrain_worker", options.args, {
+      ...(options.env !== undefined ? { env: options.env } : {}),
+      ...(options.log === "inherit" ? { forwardAs: options.name } : {}),
     });
-    const exited = new Promise<WorkerExit>((resolve) => {
-      // "exit", not "close": "close" also waits for stdout and stderr to close, which a grandchild holding them
-      // delays for as long as it lives. "close" still ends the short drain early when the pipes close with the process.
-      child.once("exit", (exitCode, signal) => {
-        const info = { exitCode, signal };
-        const drained = setTimeout(() => {
-          // Stop reading pipes that only a grandchild holds: they would keep this process alive.
-          child.stdout?.destroy();
-          child.stderr?.destroy();
-          resolve(info);
-        }, STDERR_DRAIN_MS);
-        child.once("close", () => {
-          clearTimeout(drained);
-          resolve(info);
-        });
-      });
-      child.once("error", () => {
-        resolve({ exitCode: child.exitCode, signal: child.signalCode });
-      });
-    });
-    child.stdin?.on("error", () => undefined); // EPIPE after the worker exits is expected
+    // the stdin pipe also ends the worker when this process dies, whatever its process group
     if (options.stdinLine !== undefined) child.stdin?.write(options.stdinLine);
-    child.stderr?.setEncoding("utf8");
-    child.stderr?.on("data", (chunk: string) => {
-      tail.push(chunk, log === "inherit" ? (line) => process.stderr.write(`[${options.name}] ${line}\n`) : undefined);
-    });
 
     return new Promise<WorkerProcess>((resolve, reject) => {
       let settled = false;
@@ -194,7 +158,7 @@ export class WorkerProcess implements SupervisedWorker {
             return;
           }
           // Anything else a worker prints to stdout is log output.
-          tail.push(`${line}\n`, log === "inherit" ? (l) => process.stderr.write(`[${options.name}] ${l}\n`) : undefined);
+          tail.push(`${line}\n`, options.log === "inherit" ? (l) => process.stderr.write(`[${options.name}] ${l}\n`) : undefined);
         });
       }
     });

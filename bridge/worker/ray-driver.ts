@@ -4,7 +4,7 @@
  * control plane only (where workers run, their restarts); the data plane stays ZeroMQ to each worker. The protocol
  * is written down in docs/protocol.md ("Ray driver").
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { z } from "zod";
 import {
@@ -17,9 +17,9 @@ import {
   type PosttrainError,
   type RayDriverErrorCode,
 } from "../errors.js";
-import { signalGroup, waitFor } from "./os-process.js";
+import { signalGroup, spawnPythonModule, waitFor } from "./os-process.js";
 import type { WorkerLogMode } from "./process.js";
-import { LineTail } from "./stderr-tail.js";
+import type { LineTail } from "./stderr-tail.js";
 
 /** One Ray-placed worker, as the driver reports it. */
 export const RayWorkerInfoSchema = z.object({
@@ -210,38 +210,12 @@ export class RayDriver {
 
   /** Spawns the driver and resolves once it reported `driver_ready`; `RayUnavailableError` when it has no ray. */
   static start(options: RayDriverOptions): Promise<RayDriver> {
-    const tail = new LineTail();
-    const log = options.log ?? "tail";
-    const child = spawn(options.python, ["-m", "posttrain_worker.placement.ray_driver"], {
-      stdio: ["pipe", "pipe", "pipe"],
-      // no RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER here: the driver keeps a cluster it starts on 127.0.0.1 itself, and on a
-      // real cluster that variable would make it take 127.0.0.1 for its own address
-      env: { ...process.env, PYTHONUNBUFFERED: "1", ...options.env },
-      // Its own process group, as a worker's: a terminal's Ctrl-C reaches this process only, which closes the pool;
-      // and a SIGKILL of the group takes the Ray processes the driver started with it.
-      detached: process.platform !== "win32",
-    });
-    const exited = new Promise<RayDriverExit>((resolve) => {
-      child.once("exit", (exitCode, signal) => {
-        // Its last stderr lines are usually in the pipe already; a Ray process that inherited the pipe may hold it.
-        const drained = setTimeout(() => {
-          child.stdout?.destroy();
-          child.stderr?.destroy();
-          resolve({ exitCode, signal });
-        }, 100);
-        child.once("close", () => {
-          clearTimeout(drained);
-          resolve({ exitCode, signal });
-        });
-      });
-      child.once("error", () => {
-        resolve({ exitCode: child.exitCode, signal: child.signalCode });
-      });
-    });
-    child.stdin?.on("error", () => undefined); // EPIPE once the driver has exited
-    child.stderr?.setEncoding("utf8");
-    child.stderr?.on("data", (chunk: string) => {
-      tail.push(chunk, log === "inherit" ? (line) => process.stderr.write(`[ray driver] ${line}\n`) : undefined);
+    // no RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER here: the driver keeps a cluster it starts on 127.0.0.1 itself, and on a
+    // real cluster that variable would make it take 127.0.0.1 for its own address. Its own process group, as a
+    // worker's: a SIGKILL of the group takes the Ray processes the driver started with it.
+    const { child, tail, exited } = spawnPythonModule(options.python, "posttrain_worker.placement.ray_driver", [], {
+      ...(options.env !== undefined ? { env: options.env } : {}),
+      ...(options.log === "inherit" ? { forwardAs: "ray driver" } : {}),
     });
 
     return new Promise<RayDriver>((resolve, reject) => {

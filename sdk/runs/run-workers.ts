@@ -74,7 +74,6 @@ export function bundleOf(cluster: ResolvedRayCluster, slot: RunWorkerSlot): Role
  */
 class RayRunWorkers implements RunWorkers {
   #pool: WorkerPool | undefined;
-  #detached = false;
 
   constructor(
     private readonly cluster: ResolvedRayCluster,
@@ -84,10 +83,8 @@ class RayRunWorkers implements RunWorkers {
   async open(slots: readonly RunWorkerSlot[], _device: RunDevice, signal: AbortSignal | undefined): Promise<WorkerPool> {
     const signalOption = signal !== undefined ? { signal } : {};
     if (this.#pool !== undefined) {
-      if (this.#detached) {
-        await this.#pool.restart(signalOption);
-        this.#detached = false;
-      }
+      // a later build always follows a release for a restart: every worker comes back through Ray
+      await this.#pool.restart(signalOption);
       return this.#pool;
     }
     const c = this.cluster;
@@ -111,7 +108,6 @@ class RayRunWorkers implements RunWorkers {
       await pool.close();
       return;
     }
-    this.#detached = true;
     await pool.detach();
   }
 

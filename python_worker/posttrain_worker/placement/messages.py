@@ -12,6 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from posttrain_worker.errors import WorkerFailure
+from posttrain_worker.validation import FieldReader
+
 BAD_REQUEST = "BAD_REQUEST"
 RAY_CONNECT_FAILED = "RAY_CONNECT_FAILED"
 PLACEMENT_INFEASIBLE = "PLACEMENT_INFEASIBLE"
@@ -26,18 +29,12 @@ STRATEGIES = ("PACK", "SPREAD", "STRICT_SPREAD")
 SIGNALS = ("SIGKILL", "SIGTERM")
 
 
-class DriverError(Exception):
-    """A failed op: its ``code`` (one of the constants above), message and optional details."""
-
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
+class DriverError(WorkerFailure):
+    """A failed op: the package's failure type, its ``code`` one of the constants above."""
 
     def as_json(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details is not None:
+        if self.details:
             error["details"] = self.details
         return error
 
@@ -126,7 +123,7 @@ class KillWorkerArgs:
 
 def connect_args(request: Request) -> ConnectArgs:
     a = _Fields(request)
-    address = a.optional_string("address")
+    address = a.string("address", default=None, nullable=True)
     if address is not None and address.strip().lower().startswith("ray://"):
         # Ray Client proxies the driver's calls; the GCS tables the driver reads (actor states, placement
         # groups, the GCS address) are not served through it, so supervision would silently degrade
@@ -134,86 +131,67 @@ def connect_args(request: Request) -> ConnectArgs:
             f'"address" {address!r} is a Ray Client address, which the Ray driver does not support: run on a '
             'node of the cluster with "auto", or give the head\'s GCS "host:port" (e.g. "10.0.0.1:6379")'
         )
+    num_cpus = a.number("numCpus", default=None, nullable=True, minimum=0)
     return ConnectArgs(
         address=address,
-        namespace=a.optional_string("namespace"),
-        runtime_env=a.optional_object("runtimeEnv"),
-        temp_dir=a.optional_string("tempDir"),
-        num_cpus=a.optional_number("numCpus", minimum=0),
+        namespace=a.string("namespace", default=None, nullable=True),
+        runtime_env=a.object("runtimeEnv", default=None, nullable=True),
+        temp_dir=a.string("tempDir", default=None, nullable=True),
+        num_cpus=num_cpus,
     )
 
 
 def create_workers_args(request: Request) -> CreateWorkersArgs:
     a = _Fields(request)
-    auth = a.object("auth")
-    for key in ("secret", "serverSecretKey", "clientPublicKey"):
-        if not isinstance(auth.get(key), str) or not auth[key]:
-            raise a.bad(f'"auth.{key}" must be a non-empty string, got {_shown(auth.get(key))}')
-    strategy = a.string("strategy")
-    if strategy not in STRATEGIES:
-        raise a.bad(f'"strategy" must be one of {list(STRATEGIES)}, got {strategy!r}')
-    raw_workers = a.value("workers")
+    auth = _Fields(request, a.object("auth"), "auth")
+    keys = ("secret", "serverSecretKey", "clientPublicKey")
+    auth_values = {key: auth.string(key, non_empty=True) for key in keys}
+    strategy = a.choice("strategy", STRATEGIES)
+    raw_workers = a.json("workers")
     if not isinstance(raw_workers, list) or not raw_workers:
         raise a.bad(f'"workers" must be a non-empty array, got {_shown(raw_workers)}')
-    workers = [_worker_spec(a, i, w) for i, w in enumerate(raw_workers)]
-    max_restarts = a.value("maxRestarts")
-    if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < -1:
-        raise a.bad(f'"maxRestarts" must be an integer >= -1 (-1 = unlimited), got {_shown(max_restarts)}')
+    workers = [_worker_spec(request, i, w) for i, w in enumerate(raw_workers)]
     return CreateWorkersArgs(
-        auth={k: auth[k] for k in ("secret", "serverSecretKey", "clientPublicKey")},
+        auth=auth_values,
         strategy=strategy,
         workers=workers,
-        max_restarts=max_restarts,
-        start_timeout_s=a.number("startTimeoutS", minimum=0, exclusive=True),
-        placement_timeout_s=a.number("placementTimeoutS", minimum=0, exclusive=True),
+        max_restarts=a.integer("maxRestarts", minimum=-1),
+        start_timeout_s=a.number("startTimeoutS", greater_than=0),
+        placement_timeout_s=a.number("placementTimeoutS", greater_than=0),
     )
 
 
-def _worker_spec(a: _Fields, i: int, w: Any) -> WorkerSpec:
-    where = f"workers[{i}]"
-    if not isinstance(w, dict):
-        raise a.bad(f'"{where}" must be an object {{index, role, resources, args, env}}, got {_shown(w)}')
-    index = w.get("index")
-    if index != i or isinstance(index, bool):
-        raise a.bad(f'"{where}.index" must be {i} (workers are listed in index order), got {_shown(index)}')
-    role = w.get("role")
-    if not isinstance(role, str) or not role:
-        raise a.bad(f'"{where}.role" must be a non-empty string, got {_shown(role)}')
-    resources = w.get("resources")
-    if not isinstance(resources, dict):
-        raise a.bad(f'"{where}.resources" must be an object {{name: amount}}, got {_shown(resources)}')
+def _worker_spec(request: Request, i: int, w: Any) -> WorkerSpec:
+    f = _Fields(request, w, f"workers[{i}]")
+    index = f.integer("index")
+    if index != i:
+        raise f.fail("index", f"must be {i} (workers are listed in index order), got {index}")
+    role = f.string("role", non_empty=True)
+    resources = f.object("resources")
     bundle: dict[str, float] = {}
     for name, amount in resources.items():
         if not _is_number(amount) or amount < 0:
-            raise a.bad(f'"{where}.resources.{name}" must be a number >= 0, got {_shown(amount)}')
+            raise f.fail(f"resources.{name}", f"must be a number >= 0, got {_shown(amount)}")
         if amount > 0:  # zero entries are dropped: Ray refuses them in a bundle
             bundle[name] = float(amount)
     if not bundle:
-        raise a.bad(f'"{where}.resources" must ask for at least one resource > 0 (Ray refuses empty bundles)')
-    args = w.get("args", [])
-    if not isinstance(args, list) or not all(isinstance(x, str) for x in args):
-        raise a.bad(f'"{where}.args" must be an array of strings, got {_shown(args)}')
-    env = w.get("env", {})
-    if env is None:
-        env = {}
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise a.bad(f'"{where}.env" must be an object of strings, got {_shown(env)}')
-    return WorkerSpec(i, role, bundle, list(args), dict(env))
+        raise f.fail("resources", "must ask for at least one resource > 0 (Ray refuses empty bundles)")
+    args = f.strings("args", default=[])
+    env = f.object("env", default={}, nullable=True) or {}
+    if not all(isinstance(v, str) for v in env.values()):
+        raise f.fail("env", f"must be an object of strings, got {_shown(env)}")
+    return WorkerSpec(i, role, bundle, args, dict(env))
 
 
 def restart_args(request: Request) -> RestartArgs:
     a = _Fields(request)
-    indices = a.value("indices")
-    if (
-        not isinstance(indices, list)
-        or not indices
-        or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices)
-    ):
+    indices = a.json("indices")
+    if not isinstance(indices, list) or not indices or not all(_is_count(i) for i in indices):
         raise a.bad(f'"indices" must be a non-empty array of integers >= 0, got {_shown(indices)}')
     if len(set(indices)) != len(indices):
         raise a.bad(f'"indices" must not repeat an index, got {indices}')
-    timeout_s = a.number("timeoutS", minimum=0, exclusive=True)
-    incarnations = a.args.get("incarnations")
+    timeout_s = a.number("timeoutS", greater_than=0)
+    incarnations = a.json("incarnations", default=None)
     if incarnations is not None:
         if not isinstance(incarnations, list) or not all(_is_count(i) for i in incarnations):
             raise a.bad(
@@ -229,74 +207,36 @@ def restart_args(request: Request) -> RestartArgs:
 
 def kill_worker_args(request: Request) -> KillWorkerArgs:
     a = _Fields(request)
-    index = a.value("index")
-    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-        raise a.bad(f'"index" must be an integer >= 0, got {_shown(index)}')
-    sig = a.string("signal")
-    if sig not in SIGNALS:
-        raise a.bad(f'"signal" must be one of {list(SIGNALS)}, got {sig!r}')
-    incarnation = a.value("incarnation")
-    if not _is_count(incarnation):
-        raise a.bad(f'"incarnation" must be an integer >= 0, got {_shown(incarnation)}')
-    return KillWorkerArgs(index, sig, incarnation)
+    return KillWorkerArgs(
+        index=a.integer("index", minimum=0),
+        signal=a.choice("signal", SIGNALS),
+        incarnation=a.integer("incarnation", minimum=0),
+    )
 
 
 # ---- helpers -------------------------------------------------------------------------------------------
 
 
-class _Fields:
-    """Typed access to a request's args; every failure is a :class:`BadRequest` naming the op and field."""
+_ARGS: Any = object()
+"""The default of :class:`_Fields`'s ``raw``: the request's own args."""
 
-    def __init__(self, request: Request) -> None:
+
+class _Fields(FieldReader):
+    """The package's field reader over a request's args, or over one of their values (``raw``, the field
+    ``section``); every failure is a :class:`BadRequest` naming the op and the field."""
+
+    def __init__(self, request: Request, raw: Any = _ARGS, section: str = "") -> None:
         self.request = request
-        self.args = request.args
+        super().__init__(request.args if raw is _ARGS else raw, section)
 
     def bad(self, message: str) -> BadRequest:
         return BadRequest(f"{self.request.op}: {message}", self.request.id)
 
-    def value(self, name: str) -> Any:
-        if name not in self.args:
-            raise self.bad(f'missing field "{name}"')
-        return self.args[name]
+    def failure(self, name: str, message: str) -> BadRequest:
+        return self.bad(f'"{name}" {message}')
 
-    def string(self, name: str) -> str:
-        value = self.value(name)
-        if not isinstance(value, str):
-            raise self.bad(f'"{name}" must be a string, got {_shown(value)}')
-        return value
-
-    def object(self, name: str) -> dict[str, Any]:
-        value = self.value(name)
-        if not isinstance(value, dict):
-            raise self.bad(f'"{name}" must be an object, got {_shown(value)}')
-        return value
-
-    def number(self, name: str, minimum: float, exclusive: bool = False) -> float:
-        value = self.value(name)
-        if not _is_number(value) or value < minimum or (exclusive and value == minimum):
-            relation = ">" if exclusive else ">="
-            raise self.bad(f'"{name}" must be a number {relation} {minimum:g}, got {_shown(value)}')
-        return float(value)
-
-    def optional_string(self, name: str) -> str | None:
-        value = self.args.get(name)
-        if value is not None and not isinstance(value, str):
-            raise self.bad(f'"{name}" must be a string or null, got {_shown(value)}')
-        return value
-
-    def optional_object(self, name: str) -> dict[str, Any] | None:
-        value = self.args.get(name)
-        if value is not None and not isinstance(value, dict):
-            raise self.bad(f'"{name}" must be an object or null, got {_shown(value)}')
-        return value
-
-    def optional_number(self, name: str, minimum: float) -> float | None:
-        value = self.args.get(name)
-        if value is None:
-            return None
-        if not _is_number(value) or value < minimum:
-            raise self.bad(f'"{name}" must be a number >= {minimum:g} or null, got {_shown(value)}')
-        return float(value)
+    def missing(self, name: str) -> BadRequest:
+        return self.bad(f'missing field "{name}"')
 
 
 def _is_count(value: Any) -> bool:
