@@ -1,5 +1,5 @@
 // Asynchronous GRPO benchmark. Prints one JSON object; progress goes to stderr.
-//   npm run bench:async [-- --quick --rounds 2 --steps 80 --prompts 32 --group 8 --max-new-tokens 6 --lr 1e-3
+//   npm run bench:async [-- --quick --model tiny|small|medium --rounds 2 --steps 80 --prompts 32 --group 8 --max-new-tokens 6 --lr 1e-3
 //                          --eval-every 5 --eval-prompts 256 --target 0.7 --sft-steps 100 --threads 1 --ks 0,1,2]
 // GRPOTrainer's collector → replay buffer → trainer pipeline with a separate generator worker and a trainer worker
 // (`workers: { generator: { count: 1 } }`, one torch thread each), on the digit-sort task, for maxPolicyAge k = 0
@@ -18,7 +18,9 @@
 // Reported: per-k means over the rounds, the ratios of samples/s of k = 1 and k = 2 over k = 0, the reward
 // differences against k = 0, and `overlap`: the ratio a perfect overlap would give at k = 0's phase times, how much
 // slower each worker computed when both ran at once, and the CPU cores the run got. Workers get their thread count
-// through WorkerPool.local's `env` (OMP_NUM_THREADS, MKL_NUM_THREADS).
+// through WorkerPool.local's `env` (OMP_NUM_THREADS, MKL_NUM_THREADS). `--model` picks a bench/model-presets.ts
+// preset (default tiny; small/medium have a 32000-token vocabulary) and `--max-new-tokens` the completion length
+// (the digit-sort answer needs 6; longer completions, up to 256, make generation dominate).
 import { readdirSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { cpus, loadavg, tmpdir } from "node:os";
@@ -28,11 +30,14 @@ import { z } from "zod";
 import { GRPOTrainer, SFTTrainer, WorkerPool, type EvalRecord, type StepRecord } from "../sdk/index.js";
 import { parseOptions } from "../sdk/core/index.js";
 import { RpcTimer } from "./grpo-profile.js";
+import { MODEL_PRESETS, MODEL_PRESET_NAMES } from "./model-presets.js";
 import { compactJSON, machineFacts, median, round } from "./stats.js";
 
 const FlagsSchema = z.strictObject({
   /** A smoke run: a few steps of each k, one round, a short warm-up. */
   quick: z.boolean(),
+  /** The model preset (bench/model-presets.ts). */
+  model: z.enum(MODEL_PRESET_NAMES),
   /** Rounds of (k0, k1, k2, ...). */
   rounds: z.coerce.number().int().min(1).max(20),
   /** GRPO steps per run. */
@@ -61,6 +66,7 @@ const FlagsSchema = z.strictObject({
 const { values: raw } = parseArgs({
   options: {
     quick: { type: "boolean", default: false },
+    model: { type: "string", default: "tiny" },
     rounds: { type: "string" },
     steps: { type: "string" },
     prompts: { type: "string", default: "32" },
@@ -80,6 +86,7 @@ const flags = parseOptions(
   FlagsSchema,
   {
     quick,
+    model: raw.model,
     rounds: raw.rounds ?? (quick ? "1" : "2"),
     steps: raw.steps ?? (quick ? "4" : "80"),
     prompts: quick ? "4" : raw.prompts,
@@ -400,11 +407,11 @@ async function main(): Promise<void> {
   const timers = [new RpcTimer(pool.worker(0)), new RpcTimer(pool.worker(1))];
   const pids = workerPids();
   try {
-    log(`SFT warm-up: ${flags.sftSteps} steps on the tiny model (once, shared by every run)`);
+    log(`SFT warm-up: ${flags.sftSteps} steps on the ${flags.model} model (once, shared by every run)`);
     const sftStart = performance.now();
     const sft = await SFTTrainer.create(
       {
-        model: { path: "tiny", tiny: { hiddenSize: 64, numLayers: 2 }, device: "cpu" },
+        model: { path: "tiny", tiny: { ...MODEL_PRESETS[flags.model] }, device: "cpu" },
         data: { type: "digit-sort", examples: 2000, numDigits: 4 },
         batchSize: 16,
         optimizer: { type: "adamw", lr: 3e-3 },
@@ -485,7 +492,7 @@ async function main(): Promise<void> {
       quick,
       config: {
         task: "digit-sort (4 digits)",
-        model: { tiny: { hiddenSize: 64, numLayers: 2 }, sftWarmup: { steps: flags.sftSteps, batchSize: 16, lr: 3e-3, seconds: sftSeconds } },
+        model: { preset: flags.model, tiny: MODEL_PRESETS[flags.model], sftWarmup: { steps: flags.sftSteps, batchSize: 16, lr: 3e-3, seconds: sftSeconds } },
         workers: { trainer: 1, generator: 1, torchThreadsEach: flags.threads },
         promptsPerStep: flags.prompts,
         groupSize: flags.group,

@@ -1,16 +1,19 @@
-// Bridge benchmark (issue: foundation). Prints one JSON object; see docs/protocol.md for what is measured.
+// Bridge benchmark (issues: foundation, 18). Prints one JSON object; see docs/protocol.md for what is measured.
 //   npm run bench:bridge [-- --transport ipc|tcp] [-- --quick]
-// Throughput = bytes carried in both directions / round-trip time (an echo), in MB/s (1 MB = 2^20 bytes).
+// No-op round trips: a raw pyzmq echo, the SDK's `worker.ping()` and a pythonia call, one of each per round, the
+// rounds going through every order of the three (stats.ts, timeBalanced), so that all see the same machine state.
+// Throughput = bytes carried in both directions / round-trip time (an echo), in MB/s (1 MB = 2^20 bytes), raw echo
+// and TensorDict echo interleaved.
 import { spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { Dealer } from "zeromq";
 import { resolvePython } from "../bridge/index.js";
 import { Tensor, TensorDict, WorkerPool } from "../sdk/index.js";
-import { median, quantile, round, timeInterleaved, timeIt } from "./stats.js";
+import { machineFacts, median, quantile, round, timeBalanced, timeInterleaved, timeIt } from "./stats.js";
 
 const MB = 1024 * 1024;
 const { values: flags } = parseArgs({
@@ -19,6 +22,7 @@ const { values: flags } = parseArgs({
 const transport = flags.transport === "tcp" ? "tcp" : "ipc";
 const sizesMb = flags.quick ? [1, 16] : [1, 16, 256];
 const reps = (mb: number): number => (mb >= 256 ? 5 : mb >= 16 ? 15 : 40);
+const NOOP_ROUNDS = flags.quick ? 1000 : 3000;
 const python = resolvePython();
 
 function log(message: string): void {
@@ -54,28 +58,10 @@ function denseTd(bytes: number): TensorDict {
   const cols = 1024;
   const rows = Math.max(1, Math.floor(bytes / 4 / cols));
   const data = new Float32Array(rows * cols);
-  for (let i = 0; i < data.length; i += 4099) data[i] = i;
+  // Every element written: an untouched page is the kernel's shared zero page, cheaper to send than the raw
+  // echo's filled frame, which would flatter the TensorDict side.
+  for (let i = 0; i < data.length; i++) data[i] = i % 4099;
   return new TensorDict({ x: Tensor.from(data, { dtype: "float32", shape: [rows, cols] }) }, { batchSize: [rows] });
-}
-
-async function pythoniaFigures(): Promise<{ perCallMs: number; oneMbRoundTripMs: number } | { error: string }> {
-  process.env.PYTHON_BIN = python;
-  try {
-    const { python: py } = (await import("pythonia")) as unknown as {
-      python: ((file: string) => Promise<PythoniaModule>) & { exit: () => void };
-    };
-    const mod = await py(join(import.meta.dirname, "pythonia_echo.py"));
-    const calls = await timeIt(() => mod.noop(), 200, 20);
-    const buf = Buffer.alloc(MB, 7);
-    const transfers = await timeIt(async () => {
-      const back = await mod.echo(buf);
-      await back.valueOf();
-    }, 3, 1);
-    py.exit();
-    return { perCallMs: median(calls), oneMbRoundTripMs: median(transfers) };
-  } catch (err) {
-    return { error: String(err) };
-  }
 }
 
 interface PythoniaModule {
@@ -83,17 +69,45 @@ interface PythoniaModule {
   echo: (data: Buffer) => Promise<{ valueOf: () => Promise<unknown> }>;
 }
 
+/** bench/pythonia_echo.py through pythonia, or why it could not start (pythonia is an optional baseline). */
+async function startPythonia(): Promise<{ mod: PythoniaModule; exit: () => void } | { error: string }> {
+  process.env.PYTHON_BIN = python;
+  try {
+    const { python: py } = (await import("pythonia")) as unknown as {
+      python: ((file: string) => Promise<PythoniaModule>) & { exit: () => void };
+    };
+    const mod = await py(join(import.meta.dirname, "pythonia_echo.py"));
+    return { mod, exit: () => { py.exit(); } };
+  } catch (err) {
+    return { error: String(err) };
+  }
+}
+
+/** A 1 MB buffer through pythonia and back (its bulk-data baseline: far too slow to interleave many times). */
+async function pythoniaOneMbMs(mod: PythoniaModule): Promise<number> {
+  const buf = Buffer.alloc(MB, 7);
+  const transfers = await timeIt(async () => {
+    const back = await mod.echo(buf);
+    await back.valueOf();
+  }, 3, 1);
+  return median(transfers);
+}
+
 async function main(): Promise<void> {
+  const loadBefore = round(loadavg()[0] ?? 0, 2);
   const dir = await mkdtemp(join(tmpdir(), "posttrain-bench-"));
   const raw = await rawEcho(dir);
   const pool = await WorkerPool.local({ workers: 1, device: "cpu", transport, heartbeatIntervalMs: 0 });
   const worker = pool.worker(0);
+  const pythonia = await startPythonia();
   try {
-    log("no-op round trips");
+    log("no-op round trips (raw echo, ping, pythonia: one of each per round, every order in turn)");
     const tiny = new Uint8Array([1]);
-    const [rawSmall, rpc] = await timeInterleaved(() => raw.send(tiny), () => worker.ping(), 3000, 300);
+    const noops: (() => Promise<unknown>)[] = [() => raw.send(tiny), () => worker.ping()];
+    if ("mod" in pythonia) noops.push(() => pythonia.mod.noop());
+    const [rawSmall = [], rpc = [], pyCalls = []] = await timeBalanced(noops, NOOP_ROUNDS, 300);
 
-    const transfer: Record<string, unknown> = {};
+    const transfer: Record<string, { ratioToRaw: number } & Record<string, number>> = {};
     for (const mb of sizesMb) {
       log(`${mb} MB transfers`);
       const td = denseTd(mb * MB);
@@ -112,42 +126,60 @@ async function main(): Promise<void> {
         ratioToRaw: round(tdMBs / rawMBs),
       };
     }
-    log("pythonia baseline");
-    const pythonia = await pythoniaFigures();
+    log("pythonia 1 MB baseline");
+    const pyOneMbMs = "mod" in pythonia ? await pythoniaOneMbMs(pythonia.mod) : undefined;
 
     const rawMedian = median(rawSmall);
     const rpcMedian = median(rpc);
-    const t1 = transfer["1MB"] as { tensordictMs: number };
-    const targets: Record<string, boolean | null> = {
-      "noop_rpc <= 1.3x raw zmq": rpcMedian <= 1.3 * rawMedian,
-      "noop_rpc < pythonia call": "perCallMs" in pythonia ? rpcMedian < pythonia.perCallMs : null,
-      "1MB >= 100x pythonia": "oneMbRoundTripMs" in pythonia ? pythonia.oneMbRoundTripMs / t1.tensordictMs >= 100 : null,
+    const pyMedian = pyCalls.length > 0 ? median(pyCalls) : undefined;
+    const ratioAt = (mb: number): number | null => transfer[`${mb}MB`]?.ratioToRaw ?? null;
+    const atLeast = (mb: number, min: number): boolean | null => {
+      const ratio = ratioAt(mb);
+      return ratio === null ? null : ratio >= min;
     };
-    for (const mb of sizesMb.filter((m) => m >= 16)) {
-      targets[`${mb}MB >= 0.7x raw zmq`] = (transfer[`${mb}MB`] as { ratioToRaw: number }).ratioToRaw >= 0.7;
+    // The issue's targets; null where this run did not measure it (no pythonia, or --quick without 256 MB).
+    const targets: Record<string, boolean | null> = {
+      "noop_rpc <= 1.2x raw zmq": rpcMedian <= 1.2 * rawMedian,
+      "noop_rpc < pythonia call": pyMedian === undefined ? null : rpcMedian < pyMedian,
+      "1MB >= 0.8x raw zmq": atLeast(1, 0.8),
+      "16MB >= 0.9x raw zmq": atLeast(16, 0.9),
+      "256MB >= 0.95x raw zmq": atLeast(256, 0.95),
+    };
+    const notes: string[] = [];
+    if (pyMedian !== undefined && pyMedian < rawMedian) {
+      notes.push(
+        `a pythonia call (${round(pyMedian)} ms: one Unix socket pair, no libzmq I/O threads) is below the raw ` +
+          `ZeroMQ echo itself (${round(rawMedian)} ms): no ZeroMQ round trip can beat it here, so ` +
+          `"noop_rpc < pythonia call" fails for the transport, not for the RPC layer (the raw baseline is kept as is)`,
+      );
     }
     const report = {
       bench: "bridge",
       transport,
-      machine: { platform: process.platform, arch: process.arch, node: process.version, torch: worker.info.torch },
+      machine: machineFacts(worker.info.torch, loadBefore),
       noopRoundTripMs: {
+        rounds: rpc.length,
         rawZmq: { median: round(rawMedian), p99: round(quantile(rawSmall, 0.99)) },
         rpcPing: { median: round(rpcMedian), p99: round(quantile(rpc, 0.99)) },
+        pythonia: pyMedian === undefined ? null : { median: round(pyMedian), p99: round(quantile(pyCalls, 0.99)) },
         ratioToRaw: round(rpcMedian / rawMedian),
+        ratioToPythonia: pyMedian === undefined ? null : round(rpcMedian / pyMedian),
       },
       pythonia:
-        "perCallMs" in pythonia
+        "mod" in pythonia && pyMedian !== undefined && pyOneMbMs !== undefined
           ? {
-              perCallMs: round(pythonia.perCallMs),
-              oneMbRoundTripMs: round(pythonia.oneMbRoundTripMs),
-              tensordictSpeedupAt1MB: round(pythonia.oneMbRoundTripMs / t1.tensordictMs, 1),
+              perCallMs: round(pyMedian),
+              oneMbRoundTripMs: round(pyOneMbMs),
+              tensordictSpeedupAt1MB: round(pyOneMbMs / (transfer["1MB"]?.tensordictMs ?? Number.NaN), 1),
             }
           : pythonia,
       transfer,
       targets,
+      notes,
     };
     process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
   } finally {
+    if ("exit" in pythonia) pythonia.exit();
     await pool.close();
     await raw.stop();
     await rm(dir, { recursive: true, force: true });

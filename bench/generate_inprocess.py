@@ -10,14 +10,18 @@ disabled), so the token count is ``rows * maxNewTokens``. Scoring is one forward
 and a ``log_softmax`` gather of each next token.
 
 Without ``--serve``: warm-up, then ``--reps`` timed runs of each; prints one JSON object (medians) on stdout.
-With ``--serve``: prints ``{"ready": true}``, then answers each stdin line ``generate`` / ``score`` with
-``{"ms": ..., "tokens": ...}`` (the time measured in here), so that a caller can interleave its own timings
-with these; ``quit`` ends.
+With ``--serve``: prints ``{"ready": true, "threads": n, "vllm": version or null}``, then answers each stdin
+line ``generate`` / ``score`` / ``vllm`` with ``{"ms": ..., "tokens": ...}`` (the time measured in here), so
+that a caller can interleave its own timings with these; ``quit`` ends. ``vllm`` (only where vLLM is
+importable) times vLLM's offline ``LLM.generate`` on the same prompts, greedy, exactly ``maxNewTokens`` per
+row (eos ignored); the engine is built on the first ``vllm`` line, and a failure answers ``{"error": ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import statistics
 import sys
@@ -92,6 +96,39 @@ class Baseline:
         return ms, sum(self.full_lengths)
 
 
+def vllm_version() -> str | None:
+    """vLLM's installed version, or None where it cannot be imported (without importing it: that is slow)."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class VllmBaseline:
+    """vLLM's offline engine on the same model and prompts: greedy, ``maxNewTokens`` tokens per row."""
+
+    def __init__(self, model_dir: str, base: Baseline) -> None:
+        import vllm
+
+        self.llm = vllm.LLM(model=model_dir, tokenizer=model_dir, dtype="float32", seed=base.seed)
+        self.params = vllm.SamplingParams(
+            temperature=0.0,
+            max_tokens=base.max_new_tokens,
+            min_tokens=base.max_new_tokens,
+            ignore_eos=True,
+            detokenize=False,
+        )
+        self.requests = [{"prompt_token_ids": row.tolist()} for row in base.prompts]
+
+    def generate(self) -> tuple[float, int]:
+        start = time.perf_counter()
+        outputs = self.llm.generate(self.requests, self.params, use_tqdm=False)
+        ms = (time.perf_counter() - start) * 1000
+        return ms, sum(len(o.outputs[0].token_ids) for o in outputs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("model_dir")
@@ -103,7 +140,9 @@ def main() -> None:
     if args.serve:
         request = json.loads(sys.stdin.readline())
         base = Baseline(args.model_dir, request)
-        print(json.dumps({"ready": True, "threads": torch.get_num_threads()}), flush=True)
+        version = vllm_version()
+        print(json.dumps({"ready": True, "threads": torch.get_num_threads(), "vllm": version}), flush=True)
+        engine: VllmBaseline | None = None
         for line in sys.stdin:
             command = line.strip()
             if command == "quit":
@@ -112,6 +151,13 @@ def main() -> None:
                 ms, tokens = base.generate()
             elif command == "score":
                 ms, tokens = base.score()
+            elif command == "vllm" and version is not None:
+                try:
+                    engine = engine or VllmBaseline(args.model_dir, base)
+                    ms, tokens = engine.generate()
+                except Exception as exc:  # an optional baseline: report why, keep serving
+                    print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+                    continue
             else:
                 print(json.dumps({"error": f"unknown command {command!r}"}), flush=True)
                 continue

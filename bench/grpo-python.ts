@@ -1,5 +1,5 @@
 // The TypeScript end of the line protocol of bench/grpo_common.py: starts one of the Python GRPO baselines
-// (bench/grpo_inprocess.py, bench/grpo_trl.py) with the request on its first stdin line, then asks for one step at a
+// (bench/grpo_inprocess_fair.py, bench/grpo_inprocess.py, bench/grpo_trl.py) with the request on its first stdin line, then asks for one step at a
 // time, so that bench/grpo.ts can interleave the three systems.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
@@ -22,7 +22,7 @@ export type PythonStep = z.infer<typeof PythonStepSchema>;
 
 const ReadySchema = z.looseObject({ ready: z.literal(true), threads: z.number().int(), torch: z.string() });
 
-/** The request both baselines read (camelCase keys, see bench/grpo_common.py). */
+/** The request the baselines read (camelCase keys, see bench/grpo_common.py). */
 export interface PythonRequest {
   readonly modelDir: string;
   readonly prompts: readonly { readonly prompt: string; readonly answer: string }[];
@@ -38,6 +38,10 @@ export interface PythonRequest {
   readonly clipEpsilon: number;
   readonly entropyCoeff: number;
   readonly seed: number;
+  /** Per step, the SDK's generation seed (the fair baseline only). */
+  readonly sampleSeeds?: readonly number[];
+  /** The SDK worker's `trainer_state`: its loss, optimizer and schedule configs (the fair baseline only). */
+  readonly trainer?: Readonly<Record<string, unknown>>;
 }
 
 /** A running baseline process. */
@@ -54,7 +58,11 @@ export interface PythonStepper {
 
 /** Starts `bench/<script>` with `python`, sends `request`, and waits until its model is loaded. */
 export async function startPythonStepper(python: string, script: string, request: PythonRequest): Promise<PythonStepper> {
-  const child = spawn(python, [join(import.meta.dirname, script)], { stdio: ["pipe", "pipe", "inherit"] });
+  // A session of its own, as the SDK's workers have (bridge/worker/os-process.ts spawns them detached): Linux's
+  // autogroup scheduling shares the CPU between sessions first, so a baseline left in this process's session would
+  // share one session's slice with every other process there while the SDK's worker gets a slice of its own, and on a
+  // loaded machine the comparison would favour the SDK. The process still ends with its stdin (see `stop`).
+  const child = spawn(python, [join(import.meta.dirname, script)], { stdio: ["pipe", "pipe", "inherit"], detached: process.platform !== "win32" });
   const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   const exited = new Promise<never>((_, reject) => {
     child.once("exit", (code, signal) => {

@@ -8,7 +8,10 @@ ends. A failure is answered as ``{"error": "..."}``. Progress goes to stderr.
 
 The request: ``{"modelDir", "prompts": [{"prompt", "answer"}, ...] (in step order), "groupSize",
 "promptsPerStep", "maxNewTokens", "temperature", "topP", "topK", "lr", "weightDecay", "gradClip",
-"clipEpsilon", "entropyCoeff", "seed"}``.
+"clipEpsilon", "entropyCoeff", "seed"}``, and for the fair baseline (``grpo_inprocess_fair.py``) the SDK's own
+settings: ``"sampleSeeds"`` (the generation seed of each step, as the SDK's collector derives them) and
+``"trainer"`` (the worker's ``trainer_state`` reply: the loss, optimizer and schedule configs as the worker
+parsed them, and ``gradClip``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ class Request:
     clip_epsilon: float
     entropy_coeff: float
     seed: int
+    sample_seeds: list[int] | None = None
+    """Per step, the generation seed the SDK used (fair baseline only)."""
+    trainer: dict[str, Any] | None = None
+    """The SDK worker's ``trainer_state`` (fair baseline only)."""
 
     @staticmethod
     def parse(value: dict[str, Any]) -> Request:
@@ -59,6 +66,8 @@ class Request:
             clip_epsilon=float(value["clipEpsilon"]),
             entropy_coeff=float(value["entropyCoeff"]),
             seed=int(value["seed"]),
+            sample_seeds=[int(v) for v in value["sampleSeeds"]] if "sampleSeeds" in value else None,
+            trainer=dict(value["trainer"]) if "trainer" in value else None,
         )
 
 

@@ -1,11 +1,12 @@
 // Data-parallel scaling benchmark. Prints one JSON object; progress goes to stderr.
-//   npm run bench:scale [-- --quick --steps 5 --warmup 1 --rows 16 --group 4 --new-tokens 34 --hidden 512 --layers 8
-//                          --intermediate 2048 --heads 8 --kv-heads 4 --strategies ddp,fsdp --sync-hidden 1024
+//   npm run bench:scale [-- --quick --model tiny|small|medium --steps 5 --warmup 1 --rows 16 --group 4 --new-tokens 64
+//                          --hidden 512 --layers 8 --intermediate 1408 --heads 8 --kv-heads 4 --strategies ddp,fsdp --sync-hidden 1024
 //                          --sync-layers 6 --sync-intermediate 4096 --syncs 5 --threads 1]
 // Two parts, every worker with `--threads` torch threads (WorkerPool.local's `env`: OMP_NUM_THREADS, MKL_NUM_THREADS):
 //   1. Trainer step time and peak memory, one rank (`Trainer.create`, and a group of one: `Trainer.createGroup` over
 //      one worker, the forward path of a group without the shared prompt forward of a lone trainer) against two
-//      ranks (`Trainer.createGroup`, DDP and FSDP), on a tiny-builder model big enough that compute dominates, AdamW, GRPOLoss. Every config trains
+//      ranks (`Trainer.createGroup`, DDP and FSDP), on a bench/model-presets.ts preset (`--model`, default `small`,
+//      `tiny` with `--quick`; a size flag overrides the preset's) big enough that compute dominates, AdamW, GRPOLoss. Every config trains
 //      on the same global batch: `--rows` sampled completions (`--rows / --group` prompts × `--group`, up to
 //      `--new-tokens` tokens each) generated once on the one-rank worker, with random advantages. Each config has
 //      its own workers (2 + 2 per strategy, all in one pool, started together); after `--warmup` untimed steps
@@ -39,6 +40,7 @@ import {
   type WorkerClient,
 } from "../sdk/index.js";
 import { parseOptions } from "../sdk/core/index.js";
+import { MODEL_PRESETS, MODEL_PRESET_NAMES } from "./model-presets.js";
 import { compactJSON, machineFacts, median, quantile, round } from "./stats.js";
 
 const FlagsSchema = z.strictObject({
@@ -52,6 +54,8 @@ const FlagsSchema = z.strictObject({
   rows: z.coerce.number().int().min(2).max(4096),
   /** Completions per prompt. */
   group: z.coerce.number().int().min(1).max(256),
+  /** The trained model's preset (bench/model-presets.ts); the size flags below override its sizes. */
+  model: z.enum(MODEL_PRESET_NAMES),
   /** Tokens sampled per completion (at most; the prompt adds its own). */
   newTokens: z.coerce.number().int().min(1).max(2048),
   /** The trained model's sizes (tiny builder). */
@@ -75,6 +79,7 @@ const FlagsSchema = z.strictObject({
 const { values: raw } = parseArgs({
   options: {
     quick: { type: "boolean", default: false },
+    model: { type: "string" },
     steps: { type: "string" },
     warmup: { type: "string", default: "1" },
     rows: { type: "string", default: "16" },
@@ -94,6 +99,9 @@ const { values: raw } = parseArgs({
   },
 });
 const quick = raw.quick;
+const modelName = raw.model ?? (quick ? "tiny" : "small");
+// An unknown name falls back to tiny's sizes here; the schema below then rejects it, naming `model`.
+const preset = MODEL_PRESETS[(MODEL_PRESET_NAMES as readonly string[]).includes(modelName) ? (modelName as keyof typeof MODEL_PRESETS) : "tiny"];
 const flags = parseOptions(
   FlagsSchema,
   {
@@ -102,12 +110,13 @@ const flags = parseOptions(
     warmup: raw.warmup,
     rows: raw.rows,
     group: raw.group,
-    newTokens: raw["new-tokens"] ?? (quick ? "16" : "34"),
-    hidden: raw.hidden ?? (quick ? "64" : "512"),
-    layers: raw.layers ?? (quick ? "2" : "8"),
-    intermediate: raw.intermediate ?? (quick ? "128" : "2048"),
-    heads: raw.heads ?? (quick ? "4" : "8"),
-    kvHeads: raw["kv-heads"] ?? (quick ? "2" : "4"),
+    model: modelName,
+    newTokens: raw["new-tokens"] ?? (quick ? "16" : "64"),
+    hidden: raw.hidden ?? String(preset.hiddenSize),
+    layers: raw.layers ?? String(preset.numLayers),
+    intermediate: raw.intermediate ?? String(preset.intermediateSize),
+    heads: raw.heads ?? String(preset.numHeads),
+    kvHeads: raw["kv-heads"] ?? String(preset.numKvHeads),
     strategies: raw.strategies,
     syncHidden: raw["sync-hidden"] ?? (quick ? "256" : "1024"),
     syncLayers: raw["sync-layers"] ?? (quick ? "2" : "6"),
@@ -195,7 +204,15 @@ function rowTokens(batch: TensorDict): number[] {
 /** Part 1's figures, and the workers' torch version. */
 async function trainerPart(dir: string): Promise<{ torch: string; report: Record<string, unknown> }> {
   const threads = String(flags.threads);
-  const sizes = { hiddenSize: flags.hidden, numLayers: flags.layers, intermediateSize: flags.intermediate, numHeads: flags.heads, numKvHeads: flags.kvHeads };
+  const sizes = {
+    hiddenSize: flags.hidden,
+    numLayers: flags.layers,
+    intermediateSize: flags.intermediate,
+    numHeads: flags.heads,
+    numKvHeads: flags.kvHeads,
+    maxPositionEmbeddings: preset.maxPositionEmbeddings,
+    ...(preset.vocabSize === undefined ? {} : { vocabSize: preset.vocabSize }),
+  };
   const workerCount = 2 + 2 * strategies.length;
   log(`part 1: building the model (${JSON.stringify(sizes)}) and starting ${workerCount} workers`);
   const [tiny, pool] = await Promise.all([
@@ -411,7 +428,7 @@ async function main(): Promise<void> {
     const report = {
       bench: "scale",
       quick,
-      config: { torchThreadsPerWorker: flags.threads, strategies, seed: SEED },
+      config: { model: flags.model, torchThreadsPerWorker: flags.threads, strategies, seed: SEED },
       machine: machineFacts(torch, loadBefore),
       trainer,
       weightSync: sync,

@@ -59,6 +59,35 @@ export async function timeInterleaved(
   return [ta, tb];
 }
 
+/**
+ * Times every function of `fns` once per round, `reps` rounds (after `warmup` untimed ones), the order of the calls
+ * in a round going through every permutation of `fns` in turn; returns the durations of each in ms, in the order of
+ * `fns`. Each call's time depends on which process ran just before it (caches, sleeping CPUs: on the shared 2-core
+ * VM a fixed order moved a median by half), so every function takes every place and follows every other equally
+ * often.
+ *
+ * ```ts
+ * const [raw, rpc, pythonia] = await timeBalanced([rawEcho, () => worker.ping(), pyNoop], 3000, 300);
+ * ```
+ */
+export async function timeBalanced(fns: readonly (() => Promise<unknown>)[], reps: number, warmup = 0): Promise<number[][]> {
+  const orders = permutations(fns.map((_, i) => i));
+  const times = fns.map((): number[] => []);
+  for (let round = 0; round < warmup + reps; round++) {
+    for (const j of orders[round % orders.length]!) {
+      const t0 = performance.now();
+      await fns[j]!();
+      if (round >= warmup) times[j]!.push(performance.now() - t0);
+    }
+  }
+  return times;
+}
+
+function permutations(items: readonly number[]): number[][] {
+  if (items.length <= 1) return [[...items]];
+  return items.flatMap((first, i) => permutations([...items.slice(0, i), ...items.slice(i + 1)]).map((rest) => [first, ...rest]));
+}
+
 /** The machine a benchmark ran on, for its JSON: platform, cores, Node, the workers' torch, the load before and after. */
 export function machineFacts(torch: string, loadBefore: number): Record<string, string | number | Record<string, number>> {
   return {

@@ -62,11 +62,15 @@ export interface RPCChannelOptions {
   readonly onHung?: (error: WorkerHungError) => void;
 }
 
+// One record per request in flight, with no closures: a call without timeout, watchdog or signal (the usual
+// small call) allocates no timer and no listener, and settling it frees nothing.
 interface Pending {
   readonly method: string;
   readonly resolve: (reply: RPCReply) => void;
   readonly reject: (error: Error) => void;
-  readonly cleanup: () => void;
+  timer: NodeJS.Timeout | undefined;
+  watchdog: NodeJS.Timeout | undefined;
+  abort: { readonly signal: AbortSignal; readonly listener: () => void } | undefined;
 }
 
 interface PendingHeartbeat {
@@ -159,33 +163,28 @@ export class RPCChannel {
       return Promise.reject(err instanceof Error ? err : new ProtocolError(String(err)));
     }
     return new Promise<RPCReply>((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
-      let watchdog: NodeJS.Timeout | undefined;
-      const onAbort = (): void => {
-        this.abandon(id, new RequestAbortedError(method, signal?.reason));
-      };
-      const cleanup = (): void => {
-        if (timer !== undefined) clearTimeout(timer);
-        if (watchdog !== undefined) clearTimeout(watchdog);
-        signal?.removeEventListener("abort", onAbort);
-      };
-      this.pending.set(id, { method, resolve, reject, cleanup });
+      const pending: Pending = { method, resolve, reject, timer: undefined, watchdog: undefined, abort: undefined };
+      this.pending.set(id, pending);
       if (timeoutMs > 0) {
-        timer = setTimeout(() => {
+        pending.timer = setTimeout(() => {
           this.abandon(id, new RequestTimeoutError(method, timeoutMs));
         }, timeoutMs);
       }
       if (watchdogMs > 0) {
-        watchdog = setTimeout(() => {
+        pending.watchdog = setTimeout(() => {
           this.onWatchdog(method, watchdogMs);
         }, watchdogMs);
       }
-      signal?.addEventListener("abort", onAbort, { once: true });
-      const frames = [head, ...payloads.map((p) => p.data)];
+      if (signal !== undefined) {
+        const listener = (): void => {
+          this.abandon(id, new RequestAbortedError(method, signal.reason));
+        };
+        pending.abort = { signal, listener };
+        signal.addEventListener("abort", listener, { once: true });
+      }
+      const frames = payloads.length === 0 ? [head] : [head, ...payloads.flatMap((p) => p.data)];
       this.transport.send(frames).catch((err: unknown) => {
-        this.settle(id, (p) => {
-          p.reject(err instanceof Error ? err : new ConnectionClosedError(String(err)));
-        });
+        this.take(id)?.reject(err instanceof Error ? err : new ConnectionClosedError(String(err)));
       });
     });
   }
@@ -221,7 +220,7 @@ export class RPCChannel {
   fail(error: Error): void {
     if (this.failure !== undefined) return;
     this.failure = error;
-    for (const id of [...this.pending.keys()]) this.settle(id, (p) => { p.reject(error); });
+    for (const id of [...this.pending.keys()]) this.take(id)?.reject(error);
     for (const [id, hb] of this.heartbeats) {
       this.heartbeats.delete(id);
       hb.reject(error);
@@ -235,9 +234,7 @@ export class RPCChannel {
    */
   rejectPending(error: Error): void {
     for (const id of [...this.pending.keys()]) {
-      this.settle(id, (p) => {
-        p.reject(error);
-      });
+      this.take(id)?.reject(error);
       this.transport.send([encodeEnvelope({ v: PROTOCOL_VERSION, type: "cancel", id })]).catch(() => undefined);
     }
   }
@@ -257,20 +254,24 @@ export class RPCChannel {
   }
 
   private abandon(id: number, error: PosttrainError): void {
-    if (!this.pending.has(id)) return;
-    this.settle(id, (p) => { p.reject(error); });
+    const pending = this.take(id);
+    if (pending === undefined) return;
+    pending.reject(error);
     // Best effort: tell the worker to drop it if it has not started.
     if (this.failure === undefined) {
       this.transport.send([encodeEnvelope({ v: PROTOCOL_VERSION, type: "cancel", id })]).catch(() => undefined);
     }
   }
 
-  private settle(id: number, action: (pending: Pending) => void): void {
+  /** Removes request `id` from the pending map and stops its timers and abort listener; the caller settles it. */
+  private take(id: number): Pending | undefined {
     const p = this.pending.get(id);
-    if (p === undefined) return;
+    if (p === undefined) return undefined;
     this.pending.delete(id);
-    p.cleanup();
-    action(p);
+    if (p.timer !== undefined) clearTimeout(p.timer);
+    if (p.watchdog !== undefined) clearTimeout(p.watchdog);
+    if (p.abort !== undefined) p.abort.signal.removeEventListener("abort", p.abort.listener);
+    return p;
   }
 
   private onMessage(frames: Uint8Array[]): void {
@@ -294,14 +295,11 @@ export class RPCChannel {
       this.reportProtocolError(`${this.options.name}: worker could not read one of our envelopes (${what})`);
       return;
     }
-    const id = message.id;
-    const pending = this.pending.get(id);
+    const pending = this.take(message.id);
     if (pending === undefined) return; // a late reply to a request that timed out or was aborted
-    this.settle(id, (p) => {
-      const outcome = toReply(p.method, message, frames.slice(1));
-      if (outcome instanceof Error) p.reject(outcome);
-      else p.resolve(outcome);
-    });
+    const outcome = toReply(pending.method, message, frames.slice(1));
+    if (outcome instanceof Error) pending.reject(outcome);
+    else pending.resolve(outcome);
   }
 
   private reportProtocolError(message: string): void {
@@ -316,6 +314,9 @@ function describePayload(payload: Payload): PayloadDescriptor {
     const base = { kind: "tensor" as const, dtype: payload.dtype, shape: [...payload.shape] };
     return payload.name === undefined ? base : { ...base, name: payload.name };
   }
+  if (payload.kind === "tensordict" && !(payload.data instanceof Uint8Array) && payload.data.length !== 1) {
+    return { kind: "tensordict", frames: payload.data.length };
+  }
   return { kind: payload.kind };
 }
 
@@ -325,12 +326,17 @@ function toReply(method: string, message: ResponseEnvelope, frames: Uint8Array[]
     if (error.code === "OVERLOADED") return new WorkerOverloadedError(method, error.message, error.details ?? {});
     return new WorkerError(error.code, method, error.message, error.details ?? {});
   }
-  if (frames.length !== message.payloads.length) {
-    return new ProtocolError(
-      `${method}: reply describes ${message.payloads.length} payload frame(s) but carries ${frames.length}`,
-    );
+  const counts = message.payloads.map((d) => (d.kind === "tensordict" ? (d.frames ?? 1) : 1));
+  const expected = counts.reduce((a, b) => a + b, 0);
+  if (frames.length !== expected) {
+    return new ProtocolError(`${method}: reply describes ${expected} payload frame(s) but carries ${frames.length}`);
   }
-  const payloads: Payload[] = message.payloads.map((descriptor, i) => attach(descriptor, frames[i]!));
+  let at = 0;
+  const payloads: Payload[] = message.payloads.map((descriptor, i) => {
+    const count = counts[i]!;
+    at += count;
+    return count === 1 ? attach(descriptor, frames[at - 1]!) : { kind: "tensordict", data: frames.slice(at - count, at) };
+  });
   return { result: message.result ?? {}, payloads };
 }
 

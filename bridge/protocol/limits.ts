@@ -82,7 +82,7 @@ export function checkRequestSize(method: string, envelope: Uint8Array, payloads:
     );
   }
   if (limits === undefined) return;
-  const total = payloads.reduce((sum, p) => sum + p.data.byteLength, 0);
+  const total = payloads.reduce((sum, p) => sum + payloadBytes(p.data), 0);
   if (total > limits.maxPayloadBytes) {
     throw new PayloadTooLargeError(
       `${method}: the payload frames add up to ${total} bytes, over the worker's maxPayloadBytes of ${limits.maxPayloadBytes}`,
@@ -100,4 +100,9 @@ function topField(path: string): string {
 
 function shorten(path: string, max = 80): string {
   return path.length <= max ? path : `${path.slice(0, max)}…`;
+}
+
+function payloadBytes(data: Uint8Array | readonly Uint8Array[]): number {
+  if (data instanceof Uint8Array) return data.byteLength;
+  return data.reduce((sum, part) => sum + part.byteLength, 0);
 }

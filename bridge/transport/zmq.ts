@@ -35,6 +35,10 @@ export class ZMQDealerTransport implements Transport {
   private queued = 0;
   private closing = false;
   private handler: TransportHandler | undefined;
+  // Bound once: a send settles through these, not through two new closures per message.
+  private readonly sendSettled = (): void => {
+    this.queued--;
+  };
 
   constructor(options: ZMQDealerOptions) {
     // linger 0: close() must not block on unsent messages to a worker that may be gone.
@@ -72,14 +76,7 @@ export class ZMQDealerTransport implements Transport {
           });
     this.queued++;
     // Keep the queue going after a failed send; the caller still sees the failure through `next`.
-    this.sendTail = next.then(
-      () => {
-        this.queued--;
-      },
-      () => {
-        this.queued--;
-      },
-    );
+    this.sendTail = next.then(this.sendSettled, this.sendSettled);
     return next;
   }
 

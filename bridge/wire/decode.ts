@@ -9,7 +9,18 @@
  * With one record batch the returned TypedArrays are views into the input (no copy) as long as the input starts
  * 8-byte aligned; an unaligned input is copied once first. Several record batches are concatenated (copied).
  */
-import { DataType, Message, MessageHeader, RecordBatchReader, type Data, type Field, type RecordBatch } from "apache-arrow";
+import {
+  DataType,
+  Message,
+  MessageHeader,
+  RecordBatch,
+  RecordBatchReader,
+  Struct,
+  makeData,
+  type Data,
+  type Field,
+  type Schema,
+} from "apache-arrow";
 
 import { WireFormatError } from "../errors.js";
 import { isDType, itemSize, typedArrayConstructor, type AnyTypedArray, type DType } from "./dtypes.js";
@@ -59,14 +70,60 @@ function errorMessage(err: unknown): string {
 // Framing
 
 /**
- * Walks the encapsulated messages: continuation markers, metadata lengths, body lengths and buffer regions must
- * all lie inside `bytes`, the first message must be a schema, the others uncompressed record batches, and the
- * stream must end with the end-of-stream marker exactly at the end of `bytes`. Returns the number of record batches.
+ * The payload as one byte stream, whole or in parts (docs/protocol.md, "Split payloads"): `bytes(pos, n)` is
+ * the subarray of the one part that holds stream bytes `[pos, pos + n)`; a range that spans two parts is an error.
  */
-function checkFraming(bytes: Uint8Array): number {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const n = bytes.byteLength;
+interface Stream {
+  readonly length: number;
+  bytes(pos: number, n: number, what: () => string): Uint8Array;
+}
+
+function wholeStream(bytes: Uint8Array): Stream {
+  return { length: bytes.byteLength, bytes: (pos, n) => bytes.subarray(pos, pos + n) };
+}
+
+function partsStream(parts: readonly Uint8Array[]): Stream {
+  const starts: number[] = [];
+  let length = 0;
+  for (const part of parts) {
+    starts.push(length);
+    length += part.byteLength;
+  }
+  return {
+    length,
+    bytes: (pos, n, what) => {
+      // The last part that starts at or before pos (parts are few: a linear scan).
+      let i = starts.length - 1;
+      while (i > 0 && starts[i]! > pos) i--;
+      const local = pos - starts[i]!;
+      if (local + n > parts[i]!.byteLength) {
+        throw new WireFormatError(
+          `invalid split payload: ${what()} (stream bytes ${pos}..${pos + n}) spans parts ${i} and ${i + 1}; ` +
+            "a message header, its metadata and each body buffer must lie within one part",
+        );
+      }
+      return parts[i]!.subarray(local, local + n);
+    },
+  };
+}
+
+/** One record batch message of a stream and where its body starts. */
+interface BatchMessage {
+  readonly message: Message;
+  readonly bodyStart: number;
+}
+
+/**
+ * Walks the encapsulated messages: continuation markers, metadata lengths, body lengths and buffer regions must
+ * all lie inside the stream, the first message must be a schema, the others uncompressed record batches, and
+ * the stream must end with the end-of-stream marker exactly at its end. Returns the schema message and the
+ * record batch messages.
+ */
+function checkFraming(stream: Stream): { schema: Message; batches: BatchMessage[] } {
+  const n = stream.length;
   let pos = 0;
+  let schema: Message | undefined;
+  const batches: BatchMessage[] = [];
   for (let index = 0; ; index++) {
     if (n - pos < 8) {
       throw new WireFormatError(
@@ -74,20 +131,22 @@ function checkFraming(bytes: Uint8Array): number {
           (n === 0 ? " (empty payload)" : ""),
       );
     }
-    const marker = view.getUint32(pos, true);
+    const header = stream.bytes(pos, 8, () => `the header of message ${index}`);
+    const view = new DataView(header.buffer, header.byteOffset, 8);
+    const marker = view.getUint32(0, true);
     if (marker !== CONTINUATION) {
       throw new WireFormatError(
         `not an Arrow IPC stream: expected the continuation marker 0xFFFFFFFF at byte ${pos}, ` +
           `found 0x${marker.toString(16).padStart(8, "0").toUpperCase()}`,
       );
     }
-    const metadataLength = view.getInt32(pos + 4, true);
+    const metadataLength = view.getInt32(4, true);
     if (metadataLength === 0) {
       if (index === 0) throw new WireFormatError("invalid Arrow stream: end-of-stream marker before the schema");
       if (pos + 8 !== n) {
         throw new WireFormatError(`invalid Arrow stream: ${n - pos - 8} unexpected bytes after the end-of-stream marker`);
       }
-      return index - 1;
+      return { schema: schema!, batches };
     }
     if (metadataLength < 0 || metadataLength % 8 !== 0) {
       throw new WireFormatError(
@@ -102,9 +161,9 @@ function checkFraming(bytes: Uint8Array): number {
           `but ${n - pos - 8} bytes remain`,
       );
     }
+    const metadata = stream.bytes(pos + 8, metadataLength, () => `the metadata of message ${index}`);
     let message: Message;
     try {
-      const metadata = bytes.subarray(pos + 8, metadataEnd);
       verifyMessageFlatbuffer(metadata);
       message = Message.decode(metadata);
     } catch (err) {
@@ -123,6 +182,8 @@ function checkFraming(bytes: Uint8Array): number {
       );
     }
     checkMessage(message, index, bodyLength);
+    if (index === 0) schema = message;
+    else batches.push({ message, bodyStart: metadataEnd });
     pos = metadataEnd + bodyLength;
   }
 }
@@ -585,42 +646,79 @@ function concatColumns(batches: readonly WireColumns[]): WireColumns {
 
 // ---------------------------------------------------------------------------------------------------------------
 
+/** The metadata of a record batch message: its row count, field nodes and body buffer regions. */
+interface BatchHeader {
+  readonly length: number;
+  readonly nodes: ReadonlyArray<{ readonly length: number; readonly nullCount: number }>;
+  readonly buffers: ReadonlyArray<{ readonly offset: number; readonly length: number }>;
+}
+
 /**
- * Decodes one Arrow IPC stream (as written by `encodeBatch` or by the Python worker) into a {@link WireBatch}.
- *
- * With a single record batch the TypedArrays of the result are views into `bytes` when `bytes` starts at a
- * multiple of 8 bytes (as a received ZeroMQ frame does); otherwise `bytes` is copied once to an aligned buffer.
- * Streams with several record batches are accepted and concatenated (a copy). The result's ragged offsets are
- * those of the stream (they start at 0 for canonical streams).
- *
- * @param bytes - the whole stream: schema message, record batches, end-of-stream marker, nothing after.
- * @throws {@link WireFormatError} for anything that is not a valid posttrain stream: truncated or malformed
- *   framing, an Arrow parse failure, missing or invalid `posttrain.*` metadata, an unsupported Arrow type, nulls,
- *   or lengths that do not add up. The message names the column concerned.
+ * The Arrow data of one record batch whose body buffers are views into the parts of `stream` (no copy): the
+ * schema's fields are walked in pre-order, each taking its field node and buffers as the Arrow format lays them
+ * out. Only the types of the posttrain layout are accepted.
  */
-export function decodeBatch(bytes: Uint8Array): WireBatch {
-  if (!(bytes instanceof Uint8Array)) {
-    throw new WireFormatError(`expected the stream as a Uint8Array, found ${bytes === null ? "null" : typeof bytes}`);
+function loadRecordBatch(schema: Schema, batch: BatchMessage, stream: Stream, index: number): RecordBatch {
+  const header = batch.message.header() as unknown as BatchHeader;
+  let nodeIndex = 0;
+  let bufferIndex = 0;
+  const what = `record batch ${index}`;
+  const nextNode = (): { readonly length: number; readonly nullCount: number } => {
+    const node = header.nodes[nodeIndex++];
+    if (node === undefined) throw new WireFormatError(`invalid Arrow stream: ${what} has fewer field nodes than its schema needs`);
+    return node;
+  };
+  const nextBuffer = (): Uint8Array => {
+    const k = bufferIndex++;
+    const region = header.buffers[k];
+    if (region === undefined) throw new WireFormatError(`invalid Arrow stream: ${what} has fewer buffers than its schema needs`);
+    return stream.bytes(batch.bodyStart + region.offset, region.length, () => `buffer ${k} of ${what}`);
+  };
+  const load = (type: DataType): Data => {
+    const { length, nullCount } = nextNode();
+    const nullBitmap = nextBuffer();
+    const common = { length, nullCount, nullBitmap };
+    if (DataType.isInt(type)) return makeData({ type, ...common, data: nextBuffer() });
+    if (DataType.isFloat(type)) return makeData({ type, ...common, data: nextBuffer() });
+    if (DataType.isUtf8(type)) {
+      const valueOffsets = nextBuffer();
+      return makeData({ type, ...common, valueOffsets, data: nextBuffer() });
+    }
+    if (DataType.isList(type)) {
+      const valueOffsets = nextBuffer();
+      return makeData({ type, ...common, valueOffsets, child: load(childType(type)) });
+    }
+    if (DataType.isFixedSizeList(type)) return makeData({ type, ...common, child: load(childType(type)) });
+    if (DataType.isStruct(type)) return makeData({ type, ...common, children: type.children.map((f) => load(f.type as DataType)) });
+    throw new WireFormatError(`unsupported Arrow type ${typeName(type)} in ${what}`);
+  };
+  const children = schema.fields.map((field) => load(field.type as DataType));
+  if (nodeIndex !== header.nodes.length || bufferIndex !== header.buffers.length) {
+    throw new WireFormatError(
+      `invalid Arrow stream: ${what} has ${header.nodes.length} field nodes and ${header.buffers.length} buffers, ` +
+        `its schema takes ${nodeIndex} and ${bufferIndex}`,
+    );
   }
-  let input = bytes;
-  if (input.byteOffset % 8 !== 0) {
-    input = new Uint8Array(bytes.byteLength);
-    input.set(bytes);
-  }
-  const recordBatches = checkFraming(input);
-  let fields: Field[];
-  let metadata: Map<string, string>;
-  let batches: RecordBatch[];
-  try {
-    const reader = RecordBatchReader.from(input).open();
-    const schema = reader.schema;
-    fields = schema.fields;
-    metadata = schema.metadata;
-    // apache-arrow yields one empty placeholder batch for a stream without record batches: skip it.
-    batches = recordBatches === 0 ? [] : [...reader];
-  } catch (err) {
-    throw new WireFormatError(`invalid Arrow stream: ${errorMessage(err)}`, { cause: err });
-  }
+  const struct = makeData({ type: new Struct(schema.fields), length: header.length, nullCount: 0, children });
+  return new RecordBatch(schema, struct);
+}
+
+function childType(type: DataType): DataType {
+  const child = type.children[0]?.type as DataType | undefined;
+  if (child === undefined) throw new WireFormatError(`invalid Arrow stream: the ${typeName(type)} field has no child`);
+  return child;
+}
+
+/** The part itself when it starts 8-byte aligned, else an aligned copy (TypedArray views need alignment). */
+function aligned(part: Uint8Array): Uint8Array {
+  if (part.byteOffset % 8 === 0) return part;
+  const copy = new Uint8Array(part.byteLength);
+  copy.set(part);
+  return copy;
+}
+
+/** Row count checks and the mapping of the record batches to wire columns, shared by both decoders. */
+function toWireBatch(fields: readonly Field[], metadata: ReadonlyMap<string, string>, batches: readonly RecordBatch[]): WireBatch {
   const batchSize = readBatchSize(metadata);
   const rows = product(batchSize);
   let found = 0;
@@ -642,6 +740,73 @@ export function decodeBatch(bytes: Uint8Array): WireBatch {
     if (err instanceof WireFormatError) throw err;
     throw new WireFormatError(`invalid tensordict payload: ${errorMessage(err)}`, { cause: err });
   }
+}
+
+function decodeParts(parts: readonly Uint8Array[]): WireBatch {
+  if (parts.length === 0) throw new WireFormatError("invalid split payload: no parts");
+  const input = parts.map((part, i) => {
+    if (!(part instanceof Uint8Array)) throw new WireFormatError(`invalid split payload: part ${i} is not a Uint8Array`);
+    if (part.byteLength === 0) throw new WireFormatError(`invalid split payload: part ${i} is empty`);
+    return aligned(part);
+  });
+  if (input.length === 1) return decodeBatch(input[0]!);
+  const stream = partsStream(input);
+  const framing = checkFraming(stream);
+  let schema: Schema;
+  let batches: RecordBatch[];
+  try {
+    schema = framing.schema.header() as Schema;
+    batches = framing.batches.map((b, i) => loadRecordBatch(schema, b, stream, i + 1));
+  } catch (err) {
+    if (err instanceof WireFormatError) throw err;
+    throw new WireFormatError(`invalid Arrow stream: ${errorMessage(err)}`, { cause: err });
+  }
+  return toWireBatch(schema.fields, schema.metadata, batches);
+}
+
+/**
+ * Decodes one Arrow IPC stream (as written by `encodeBatch` or by the Python worker) into a {@link WireBatch}.
+ *
+ * With a single record batch the TypedArrays of the result are views into `bytes` when `bytes` starts at a
+ * multiple of 8 bytes (as a received ZeroMQ frame does); otherwise `bytes` is copied once to an aligned buffer.
+ * Streams with several record batches are accepted and concatenated (a copy). The result's ragged offsets are
+ * those of the stream (they start at 0 for canonical streams).
+ *
+ * The stream may come in parts (`encodeBatchParts`, or the frames of a split payload: docs/protocol.md, "Split
+ * payloads"): the parts are read in place, each message header, metadata and body buffer within one part, and
+ * the result's TypedArrays view the parts (a part that does not start 8-byte aligned is copied first).
+ *
+ * @example
+ * const batch = decodeBatch(encodeBatchParts(td.toWire())); // views into td's own arrays for large buffers
+ * @param bytes - the whole stream (schema message, record batches, end-of-stream marker, nothing after), or
+ *   its parts in order.
+ * @throws {@link WireFormatError} for anything that is not a valid posttrain stream: truncated or malformed
+ *   framing, an Arrow parse failure, missing or invalid `posttrain.*` metadata, an unsupported Arrow type, nulls,
+ *   lengths that do not add up, or a header, metadata or buffer that spans two parts. The message names the
+ *   column concerned.
+ */
+export function decodeBatch(bytes: Uint8Array | readonly Uint8Array[]): WireBatch {
+  if (!(bytes instanceof Uint8Array)) {
+    if (Array.isArray(bytes)) return decodeParts(bytes);
+    const found: unknown = bytes;
+    throw new WireFormatError(`expected the stream as a Uint8Array, found ${found === null ? "null" : typeof found}`);
+  }
+  const input = aligned(bytes);
+  const framing = checkFraming(wholeStream(input));
+  let fields: Field[];
+  let metadata: Map<string, string>;
+  let batches: RecordBatch[];
+  try {
+    const reader = RecordBatchReader.from(input).open();
+    const schema = reader.schema;
+    fields = schema.fields;
+    metadata = schema.metadata;
+    // apache-arrow yields one empty placeholder batch for a stream without record batches: skip it.
+    batches = framing.batches.length === 0 ? [] : [...reader];
+  } catch (err) {
+    throw new WireFormatError(`invalid Arrow stream: ${errorMessage(err)}`, { cause: err });
+  }
+  return toWireBatch(fields, metadata, batches);
 }
 
 function emptyColumns(fields: readonly Field[], path: readonly string[]): WireColumns {

@@ -604,10 +604,14 @@ function writeFramed(out: Uint8Array, view: DataView, at: number, metadata: Uint
   return at + 8 + padded;
 }
 
-function writeBody(out: Uint8Array, bodyStart: number, body: BodyLayout): void {
+/** Where a write at a stream offset lands: the part that holds it and the offset within that part. */
+type Locate = (streamOffset: number) => readonly [Uint8Array, number];
+
+function writeBody(locate: Locate, bodyStart: number, body: BodyLayout, skip: ReadonlySet<BodyWrite>): void {
   const encoder = new TextEncoder();
   for (const w of body.writes) {
-    const at = bodyStart + w.at;
+    if (skip.has(w)) continue;
+    const [out, at] = locate(bodyStart + w.at);
     switch (w.kind) {
       case "bytes":
         out.set(w.src, at);
@@ -620,18 +624,68 @@ function writeBody(out: Uint8Array, bodyStart: number, body: BodyLayout): void {
       }
       case "strings": {
         const offsets = new Int32Array(out.buffer, out.byteOffset + at, w.values.length + 1);
+        const [data, dataAt] = locate(bodyStart + w.dataAt);
         let pos = 0;
         offsets[0] = 0;
-        const dataAt = bodyStart + w.dataAt;
         for (let i = 0; i < w.values.length; i++) {
           const s = w.values[i]!;
-          if (s.length > 0) pos += encoder.encodeInto(s, out.subarray(dataAt + pos)).written;
+          if (s.length > 0) pos += encoder.encodeInto(s, data.subarray(dataAt + pos)).written;
           offsets[i + 1] = pos;
         }
         break;
       }
     }
   }
+}
+
+/**
+ * The smallest body buffer {@link encodeBatchParts} sends as a part of its own (a view of the caller's memory):
+ * below this, one copy costs less than the extra frame.
+ */
+export const SPLIT_MIN_BYTES = 64 * 1024;
+
+/** A planned stream: its metadata messages and body layout, before any byte is written. */
+interface StreamPlan {
+  readonly schema: Uint8Array;
+  readonly recordBatch: Uint8Array;
+  readonly body: BodyLayout;
+  readonly bodyStart: number;
+  readonly total: number;
+}
+
+function planStream(batch: WireBatch): StreamPlan {
+  if (typeof batch !== "object" || batch === null) fail([], `expected a WireBatch object, found ${describe(batch)}`);
+  const rows = shapeProduct(batch.batchSize, [], "batchSize");
+  const body = new BodyLayout();
+  const fields = planColumns(batch.columns, rows, [], body);
+  const schema = buildSchemaMessage(fields, batch.batchSize);
+  const recordBatch = buildRecordBatchMessage(rows, body);
+  const bodyStart = framedLength(schema) + framedLength(recordBatch);
+  return { schema, recordBatch, body, bodyStart, total: bodyStart + body.length + 8 };
+}
+
+/** Writes every byte of `plan` that lies outside `skip` (the writes sent as parts of their own). */
+function writeStream(plan: StreamPlan, locate: Locate, skip: ReadonlySet<BodyWrite>): void {
+  const { schema, recordBatch, body, bodyStart, total } = plan;
+  const [head] = locate(0);
+  const view = new DataView(head.buffer, head.byteOffset, head.byteLength);
+  writeFramed(head, view, writeFramed(head, view, 0, schema), recordBatch);
+  writeBody(locate, bodyStart, body, skip);
+  for (let i = 0; i < body.buffers.length; i += 2) {
+    const length = body.buffers[i + 1]!;
+    const padding = pad8(length) - length;
+    if (padding === 0) continue;
+    const [out, at] = locate(bodyStart + body.buffers[i]! + length);
+    out.fill(0, at, at + padding);
+  }
+  const [tail, at] = locate(total - 8);
+  tail.fill(0, at + 4, at + 8); // end of stream: 0xFFFFFFFF 0x00000000
+  new DataView(tail.buffer, tail.byteOffset + at, 8).setUint32(0, CONTINUATION, true);
+}
+
+/** Uninitialised memory: zero-filling a large output costs as much as the copy. Every byte gets written. */
+function allocate(n: number): Uint8Array {
+  return new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
 }
 
 /**
@@ -646,25 +700,65 @@ function writeBody(out: Uint8Array, bodyStart: number, body: BodyLayout): void {
  *   expected versus found (element counts, offsets, dtypes, int32 limits).
  */
 export function encodeBatch(batch: WireBatch): Uint8Array {
-  if (typeof batch !== "object" || batch === null) fail([], `expected a WireBatch object, found ${describe(batch)}`);
-  const rows = shapeProduct(batch.batchSize, [], "batchSize");
-  const body = new BodyLayout();
-  const fields = planColumns(batch.columns, rows, [], body);
-  const schema = buildSchemaMessage(fields, batch.batchSize);
-  const recordBatch = buildRecordBatchMessage(rows, body);
-  const bodyStart = framedLength(schema) + framedLength(recordBatch);
-  const total = bodyStart + body.length + 8;
-  // Uninitialised memory (zero-filling a large output costs as much as the copy); every byte that is not
-  // written below is padding, zeroed explicitly so that the bytes stay canonical.
-  const out = new Uint8Array(Buffer.allocUnsafeSlow(total).buffer, 0, total);
-  const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
-  writeFramed(out, view, writeFramed(out, view, 0, schema), recordBatch);
-  writeBody(out, bodyStart, body);
-  for (let i = 0; i < body.buffers.length; i += 2) {
-    const end = bodyStart + body.buffers[i]! + body.buffers[i + 1]!;
-    out.fill(0, end, bodyStart + body.buffers[i]! + pad8(body.buffers[i + 1]!));
-  }
-  view.setUint32(total - 8, CONTINUATION, true); // end of stream: 0xFFFFFFFF 0x00000000
-  view.setUint32(total - 4, 0, true);
+  const plan = planStream(batch);
+  const out = allocate(plan.total);
+  writeStream(plan, (at) => [out, at], new Set());
   return out;
+}
+
+/**
+ * Encodes a batch as the same canonical stream as {@link encodeBatch}, cut into parts so that large tensor
+ * bytes are not copied: each body buffer of at least {@link SPLIT_MIN_BYTES} whose length is a multiple of 8 is
+ * a part of its own, a view of the caller's TypedArray; the bytes between them (metadata, small buffers,
+ * padding, the end-of-stream marker) are written into fresh parts. The concatenation of the parts is exactly
+ * the `encodeBatch` result, and every cut lies at a multiple of 8 bytes (docs/protocol.md, "Split payloads").
+ *
+ * The parts alias the batch's memory: the batch must not be modified until the parts have been sent (for a
+ * worker call: until the call settles).
+ *
+ * @example
+ * const frames = encodeBatchParts(td.toWire()); // one part when no buffer is large, else 3 or more
+ * @throws {@link WireFormatError} as {@link encodeBatch}.
+ */
+export function encodeBatchParts(batch: WireBatch): Uint8Array[] {
+  const plan = planStream(batch);
+  const bodyStart = plan.bodyStart;
+  const own = new Set<BodyWrite>();
+  for (const w of plan.body.writes) {
+    if (w.kind === "bytes" && w.src.byteLength >= SPLIT_MIN_BYTES && w.src.byteLength % 8 === 0) own.add(w);
+  }
+  if (own.size === 0) {
+    const out = allocate(plan.total);
+    writeStream(plan, (at) => [out, at], own);
+    return [out];
+  }
+  // Stream ranges [start, end) of the parts, in order; the written ones share one allocation.
+  const ranges: Array<{ start: number; end: number; src?: Uint8Array }> = [];
+  let pos = 0;
+  for (const w of plan.body.writes) {
+    if (!own.has(w) || w.kind !== "bytes") continue;
+    const start = bodyStart + w.at;
+    if (start > pos) ranges.push({ start: pos, end: start });
+    ranges.push({ start, end: start + w.src.byteLength, src: w.src });
+    pos = start + w.src.byteLength;
+  }
+  ranges.push({ start: pos, end: plan.total });
+  const written = ranges.filter((r) => r.src === undefined);
+  const memory = allocate(written.reduce((n, r) => n + r.end - r.start, 0));
+  let at = 0;
+  const parts = ranges.map((r) => {
+    if (r.src !== undefined) return r.src;
+    const part = memory.subarray(at, at + r.end - r.start);
+    at += r.end - r.start;
+    return part;
+  });
+  const locate: Locate = (offset) => {
+    for (let i = 0; i < ranges.length; i++) {
+      const r = ranges[i]!;
+      if (offset < r.end || (offset === r.end && i === ranges.length - 1)) return [parts[i]!, offset - r.start];
+    }
+    throw new Error(`internal: stream offset ${offset} is outside the stream`);
+  };
+  writeStream(plan, locate, own);
+  return parts;
 }

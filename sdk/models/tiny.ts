@@ -15,6 +15,12 @@ export const TinyModelConfigSchema = z.strictObject({
   numKvHeads: z.number().int().positive().optional(),
   intermediateSize: z.number().int().positive().optional(),
   maxPositionEmbeddings: z.number().int().positive().optional(),
+  /**
+   * Tokens in the tokenizer, embedding and LM head (default: the character tokenizer's own 259). A larger size
+   * (a real vocabulary's, such as 32000) adds filler tokens before the special tokens, so the embedding and the
+   * LM head cost what a real model's do; text never encodes to a filler. Below 259 the builder refuses.
+   */
+  vocabSize: z.number().int().positive().optional(),
   /** Seed of the random weights (default 0; in a run config: the run's `seed`). */
   seed: z.number().int().nonnegative().optional(),
 });
@@ -50,6 +56,7 @@ const FLAGS: ReadonlyArray<readonly [keyof TinyModelOptions, string]> = [
   ["numKvHeads", "--num-kv-heads"],
   ["intermediateSize", "--intermediate-size"],
   ["maxPositionEmbeddings", "--max-position-embeddings"],
+  ["vocabSize", "--vocab-size"],
 ];
 
 /**

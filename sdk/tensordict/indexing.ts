@@ -184,6 +184,22 @@ export function planIndex(batchSize: readonly number[], index: Index, dim: numbe
   };
 }
 
+/**
+ * The plans of `planIndex(batchSize, i, dim)` for every `i` along `dim` (already normalized), built in one pass:
+ * `unbind` needs all of them, and the positions are in range by construction, so none is checked again.
+ */
+export function planUnbind(batchSize: readonly number[], dim: number): IndexPlan[] {
+  const outer = prod(batchSize.slice(0, dim));
+  const size = batchSize[dim]!;
+  const inner = prod(batchSize.slice(dim + 1));
+  const rowBatchSize = Object.freeze([...batchSize.slice(0, dim), ...batchSize.slice(dim + 1)]); // shared by every row
+  return Array.from({ length: size }, (_, i) => {
+    const builder = new RowPlanBuilder();
+    for (let o = 0; o < outer; o++) builder.push(0, (o * size + i) * inner, inner);
+    return { batchSize: rowBatchSize, plan: builder.build() };
+  });
+}
+
 /** Rows of `count` sources of batch size `batchSize` stacked along a new dimension `dim` (already normalized). */
 export function planStack(count: number, batchSize: readonly number[], dim: number): IndexPlan {
   const outer = prod(batchSize.slice(0, dim));

@@ -2,7 +2,7 @@
  * TensorDict: named leaves sharing a leading batch size, as in TorchRL's `tensordict`. It holds dense and ragged
  * tensors, strings and nested TensorDicts itself, and every other leaf through its registered leaf type (leaf.ts).
  */
-import { decodeBatch, encodeBatch, type WireBatch, type WireColumn, type WireColumns } from "../../bridge/wire/index.js";
+import { decodeBatch, encodeBatch, encodeBatchParts, type WireBatch, type WireColumn, type WireColumns } from "../../bridge/wire/index.js";
 import type { DType } from "../../bridge/wire/dtypes.js";
 import {
   BatchSizeMismatchError,
@@ -14,7 +14,7 @@ import {
   ShapeMismatchError,
   type ValueKind,
 } from "./errors.js";
-import { planCat, planIndex, planStack, type Index, type IndexPlan } from "./indexing.js";
+import { planCat, planIndex, planStack, planUnbind, type Index, type IndexPlan } from "./indexing.js";
 import { canonicalKey, formatKey, keyPath, type NestedKey } from "./keys.js";
 import {
   leafTypeForWire,
@@ -81,6 +81,13 @@ export function kindOf(value: TensorDictValue): ValueKind {
   return "strings";
 }
 
+/** Whether `a` after its first `aFrom` sizes equals `b` after its first `bFrom` (without slicing either). */
+function sameTail(a: readonly number[], aFrom: number, b: readonly number[], bFrom: number): boolean {
+  if (a.length - aFrom !== b.length - bFrom) return false;
+  for (let i = aFrom, j = bFrom; i < a.length; i++, j++) if (a[i] !== b[j]) return false;
+  return true;
+}
+
 function isPlainObject(value: unknown): value is TensorDictSource {
   if (typeof value !== "object" || value === null) return false;
   const proto: unknown = Object.getPrototypeOf(value);
@@ -134,12 +141,12 @@ export class TensorDict {
 
   /** Checks that `value` fits this batch size and returns the form to store. `path` is the full key, for messages. */
   #validate(value: unknown, path: readonly string[]): TensorDictValue {
-    const key = formatKey(path);
+    // the key is formatted only where an error is thrown: this runs for every value set
     const batchDims = this.batchSize.length;
     if (value instanceof Tensor) {
       if (value.shape.length < batchDims || !sameShape(value.shape.slice(0, batchDims), this.batchSize)) {
         throw new BatchSizeMismatchError(
-          `key ${key}: tensor shape ${formatShape(value.shape)} does not start with the batch size ${formatShape(this.batchSize)}`,
+          `key ${formatKey(path)}: tensor shape ${formatShape(value.shape)} does not start with the batch size ${formatShape(this.batchSize)}`,
           this.batchSize,
           value.shape.slice(0, batchDims),
         );
@@ -149,7 +156,7 @@ export class TensorDict {
     if (value instanceof RaggedTensor) {
       if (value.rows !== this.numel()) {
         throw new BatchSizeMismatchError(
-          `key ${key}: ragged tensor has ${value.rows} rows but batch size ${formatShape(this.batchSize)} has ${this.numel()}`,
+          `key ${formatKey(path)}: ragged tensor has ${value.rows} rows but batch size ${formatShape(this.batchSize)} has ${this.numel()}`,
           this.batchSize,
           [value.rows],
         );
@@ -159,7 +166,7 @@ export class TensorDict {
     if (value instanceof TensorDict) {
       if (!sameShape(value.batchSize, this.batchSize)) {
         throw new BatchSizeMismatchError(
-          `key ${key}: nested TensorDict has batch size ${formatShape(value.batchSize)} but the parent has ${formatShape(this.batchSize)}`,
+          `key ${formatKey(path)}: nested TensorDict has batch size ${formatShape(value.batchSize)} but the parent has ${formatShape(this.batchSize)}`,
           this.batchSize,
           value.batchSize,
         );
@@ -171,7 +178,7 @@ export class TensorDict {
       const rows = leaf.rows(value);
       if (rows !== this.numel()) {
         throw new BatchSizeMismatchError(
-          `key ${key}: ${leaf.name} has ${rows} rows but batch size ${formatShape(this.batchSize)} has ${this.numel()}`,
+          `key ${formatKey(path)}: ${leaf.name} has ${rows} rows but batch size ${formatShape(this.batchSize)} has ${this.numel()}`,
           this.batchSize,
           [rows],
         );
@@ -181,10 +188,10 @@ export class TensorDict {
     if (Array.isArray(value)) {
       const items: unknown[] = value;
       const bad = items.findIndex((s) => typeof s !== "string");
-      if (bad !== -1) throw new InvalidArgumentError(`key ${key}: a string leaf must hold strings only, element ${bad} is ${describe(items[bad])}`);
+      if (bad !== -1) throw new InvalidArgumentError(`key ${formatKey(path)}: a string leaf must hold strings only, element ${bad} is ${describe(items[bad])}`);
       if (items.length !== this.numel()) {
         throw new BatchSizeMismatchError(
-          `key ${key}: ${items.length} strings but batch size ${formatShape(this.batchSize)} has ${this.numel()} rows`,
+          `key ${formatKey(path)}: ${items.length} strings but batch size ${formatShape(this.batchSize)} has ${this.numel()} rows`,
           this.batchSize,
           [items.length],
         );
@@ -201,7 +208,7 @@ export class TensorDict {
     else for (const type of leafTypes()) hint ??= type.hint?.(value);
     const expected = ["Tensor", "RaggedTensor", "string array", ...leafTypes().map((type) => type.name), "TensorDict"].join(", ");
     throw new InvalidArgumentError(
-      `key ${key}: expected a ${expected} or plain object, got ${describe(value)}${hint === undefined ? "" : ` (${hint})`}`,
+      `key ${formatKey(path)}: expected a ${expected} or plain object, got ${describe(value)}${hint === undefined ? "" : ` (${hint})`}`,
     );
   }
 
@@ -456,7 +463,7 @@ export class TensorDict {
   /** The TensorDicts along batch dimension `dim`, each without that dimension (TorchRL's `unbind`). */
   unbind(dim = 0): TensorDict[] {
     const d = normalizeDim(dim, this.batchDims, "unbind");
-    return Array.from({ length: this.batchSize[d]! }, (_, i) => this.index(i, d));
+    return planUnbind(this.batchSize, d).map((plan) => this.#applyPlan(plan, true));
   }
 
   /**
@@ -547,33 +554,32 @@ export class TensorDict {
         }
       }
       for (const [key, a] of first.#entries) {
-        const path = [...prefix, key];
-        const name = formatKey(path);
+        // the key's path and name are built only where an error is thrown: this loop runs for every row of a stack
         const b = td.#entries.get(key);
-        if (b === undefined) throw new KeyNotFoundError(canonicalKey(path), td.keys({ nested: true }), `${op}: tds[${i}]`);
+        if (b === undefined) throw new KeyNotFoundError(canonicalKey([...prefix, key]), td.keys({ nested: true }), `${op}: tds[${i}]`);
         const kindA = kindOf(a);
         const kindB = kindOf(b);
-        if (kindA !== kindB) throw new LeafKindMismatchError(canonicalKey(path), kindA, kindB, `${op}: tds[${i}] (tds[0] holds a ${kindA})`);
+        if (kindA !== kindB) throw new LeafKindMismatchError(canonicalKey([...prefix, key]), kindA, kindB, `${op}: tds[${i}] (tds[0] holds a ${kindA})`);
         if (a instanceof Tensor && b instanceof Tensor) {
           if (a.dtype !== b.dtype) {
-            throw new DTypeMismatchError(`${op}: key ${name} has dtype ${a.dtype} in tds[0] but ${b.dtype} in tds[${i}]`, a.dtype, b.dtype);
+            throw new DTypeMismatchError(`${op}: key ${formatKey([...prefix, key])} has dtype ${a.dtype} in tds[0] but ${b.dtype} in tds[${i}]`, a.dtype, b.dtype);
           }
-          const rowA = a.shape.slice(first.batchDims);
-          const rowB = b.shape.slice(td.batchDims);
-          if (!sameShape(rowA, rowB)) {
+          if (!sameTail(a.shape, first.batchDims, b.shape, td.batchDims)) {
+            const rowA = a.shape.slice(first.batchDims);
+            const rowB = b.shape.slice(td.batchDims);
             throw new ShapeMismatchError(
-              `${op}: key ${name} has shape ${formatShape(rowA)} after the batch dimensions in tds[0] but ${formatShape(rowB)} in tds[${i}]`,
+              `${op}: key ${formatKey([...prefix, key])} has shape ${formatShape(rowA)} after the batch dimensions in tds[0] but ${formatShape(rowB)} in tds[${i}]`,
               rowA,
               rowB,
             );
           }
         } else if (a instanceof RaggedTensor && b instanceof RaggedTensor) {
           if (a.dtype !== b.dtype) {
-            throw new DTypeMismatchError(`${op}: key ${name} has dtype ${a.dtype} in tds[0] but ${b.dtype} in tds[${i}]`, a.dtype, b.dtype);
+            throw new DTypeMismatchError(`${op}: key ${formatKey([...prefix, key])} has dtype ${a.dtype} in tds[0] but ${b.dtype} in tds[${i}]`, a.dtype, b.dtype);
           }
           if (!sameShape(a.tailShape, b.tailShape)) {
             throw new ShapeMismatchError(
-              `${op}: ragged key ${name} has tail shape ${formatShape(a.tailShape)} in tds[0] but ${formatShape(b.tailShape)} in tds[${i}]`,
+              `${op}: ragged key ${formatKey([...prefix, key])} has tail shape ${formatShape(a.tailShape)} in tds[0] but ${formatShape(b.tailShape)} in tds[${i}]`,
               a.tailShape,
               b.tailShape,
             );
@@ -755,8 +761,23 @@ export class TensorDict {
     return encodeBatch(this.toWire());
   }
 
-  /** A TensorDict from an Arrow IPC stream written by {@link toArrow} or the Python worker; views `bytes` where aligned. */
-  static fromArrow(bytes: Uint8Array): TensorDict {
+  /**
+   * The same stream as {@link toArrow}, in parts that send without copying large tensors: each tensor buffer of
+   * at least 64 KiB (a multiple of 8 bytes) is a view of this TensorDict's own memory (docs/protocol.md, "Split
+   * payloads"). Do not modify the tensors until the parts have been sent (for a worker call: until it settles).
+   *
+   * @example
+   * const parts = td.toArrowParts(); // Buffer.concat(parts) equals td.toArrow()
+   */
+  toArrowParts(): Uint8Array[] {
+    return encodeBatchParts(this.toWire());
+  }
+
+  /**
+   * A TensorDict from an Arrow IPC stream written by {@link toArrow} or the Python worker, whole or in parts
+   * ({@link toArrowParts}, the frames of a split payload); its tensors view `bytes` where aligned.
+   */
+  static fromArrow(bytes: Uint8Array | readonly Uint8Array[]): TensorDict {
     return TensorDict.fromWire(decodeBatch(bytes));
   }
 

@@ -210,7 +210,8 @@ export class WorkerClient {
 }
 
 function tensorDictPayload(td: TensorDict): Payload {
-  return { kind: "tensordict", data: td.toArrow() };
+  // In parts: large tensors go out as frames of their own, without a copy (docs/protocol.md, "Split payloads").
+  return { kind: "tensordict", data: td.toArrowParts() };
 }
 
 /** Checks what a request carries before it is sent: a mismatch is the caller's mistake (`InvalidArgumentError`). */

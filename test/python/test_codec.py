@@ -8,6 +8,7 @@ import gc
 import json
 import math
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from posttrain_worker.codec import (
     HistoryColumn,
     Ragged,
     TensorBatch,
+    arrow_decode,
     arrow_encode,
     decode_batch,
     encode_batch,
@@ -297,6 +299,27 @@ def test_unaligned_buffer_is_copied_and_decoded() -> None:
     for t in tensors_of(decoded.columns):
         if t.numel():
             assert not (start <= t.data_ptr() < end)
+
+
+def test_unaligned_copy_is_64_byte_aligned_and_independent() -> None:
+    host = bytearray(range(256)) * 4
+    view = memoryview(host)[3:1003]
+    copy = arrow_decode._aligned_buffer(view)
+    assert copy.address % 64 == 0 and copy.to_pybytes() == bytes(view)
+    host[3] = 99  # the copy does not share the caller's memory
+    assert copy.to_pybytes()[0] == 3
+
+
+def test_read_only_buffers_decode_without_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The filter is skipped once torch's once-per-process warning has been swallowed: no call may let it out.
+    monkeypatch.setattr(arrow_decode._readonly_warning, "spent", False)
+    expected = big_batch(64)
+    raw = bytes(encode_batch(expected))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            assert_same_batch(decode_batch(raw), expected)
+    assert arrow_decode._readonly_warning.spent
 
 
 @pytest.mark.parametrize("transport", ["inproc", "ipc"])

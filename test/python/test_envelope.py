@@ -14,6 +14,7 @@ from posttrain_worker.protocol.envelope import (
     TensorPayload,
     heartbeat_reply,
     parse_envelope,
+    payload_to_json,
     response_error,
     response_ok,
 )
@@ -87,6 +88,17 @@ def test_parses_the_three_client_types() -> None:
             4,
         ),
         ("just a string", "BAD_ENVELOPE", "JSON object", None),
+        # near misses of a plain request (the parser's one-pass path must leave each to the full checks)
+        ({"v": True, "type": "request", "id": 4, "method": "x"}, "BAD_ENVELOPE", '"v" must be an integer', 4),
+        ({"v": 1.0, "type": "request", "id": 4, "method": "x"}, "BAD_ENVELOPE", '"v" must be an integer', 4),
+        ({"v": 1, "type": "request", "id": -1, "method": "x"}, "BAD_ENVELOPE", '"id" must be', None),
+        ({"v": 1, "type": "request", "id": 4.0, "method": "x"}, "BAD_ENVELOPE", '"id" must be', None),
+        ({"v": 1, "type": "request", "id": 4, "method": 7}, "BAD_ENVELOPE", '"method"', 4),
+        ({"v": 1, "type": "request", "id": 4}, "BAD_ENVELOPE", 'missing field "method"', 4),
+        ({"v": 1, "type": "request", "id": 4, "method": "x", "args": []}, "BAD_ENVELOPE", '"args"', 4),
+        ({"v": 1, "type": "request", "id": 4, "method": "x", "payloads": {}}, "BAD_ENVELOPE", "payloads", 4),
+        ({"v": 1, "type": "request", "id": 4, "method": "x", "payloads": 0}, "BAD_ENVELOPE", "payloads", 4),
+        ({"v": 1, "type": "Request", "id": 4, "method": "x"}, "BAD_ENVELOPE", '"type" must be one of', 4),
     ],
 )
 def test_violations_name_the_field(obj: object, code: str, message: str, request_id: int | None) -> None:
@@ -122,6 +134,55 @@ def test_builders() -> None:
     }
     with pytest.raises(ValueError):
         response_ok(1, {"x": float("inf")})
+
+
+@pytest.mark.parametrize(
+    ("result", "payloads"),
+    [
+        ({}, []),
+        ({"x": 1, "s": "é\u2028", "nested": {"a": [1, 2.5, None, True]}}, []),
+        ({}, [TensorDictPayload(), TensorPayload("bfloat16", (2, 3), "w"), BytesPayload()]),
+    ],
+)
+def test_response_ok_is_the_one_dump_of_the_whole_reply(
+    result: dict[str, object], payloads: list[object]
+) -> None:
+    # The reply is joined from pieces (no encoder run for an empty result): the bytes must still be exactly
+    # those of the whole object dumped at once, key order and separators included.
+    whole = {
+        "v": 1,
+        "type": "response",
+        "id": 2**53 - 1,
+        "ok": True,
+        "result": result,
+        "payloads": [payload_to_json(p) for p in payloads],  # type: ignore[arg-type]
+    }
+    expected = json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()
+    assert response_ok(2**53 - 1, result, payloads) == expected  # type: ignore[arg-type]
+
+
+def test_response_ok_still_refuses_results_that_are_not_json() -> None:
+    with pytest.raises(ValueError):
+        response_ok(1, {"x": float("nan")})
+    with pytest.raises(TypeError):
+        response_ok(1, {"x": object()})
+    with pytest.raises(TypeError):
+        response_ok(1, {1j: 1})  # type: ignore[dict-item]
+
+
+def test_a_request_without_payloads_parses_to_an_empty_tuple() -> None:
+    request = parse_envelope(b'{"v":1,"type":"request","id":4,"method":"ping","args":{},"payloads":[]}')
+    assert request == Request(4, "ping", {}, ())
+    assert parse_envelope(b'{"v":1,"type":"request","id":4,"method":"ping"}') == Request(4, "ping", {}, ())
+
+
+def test_whitespace_around_the_envelope_is_accepted_and_trailing_data_is_not() -> None:
+    # The parser's fast path takes the object alone; the rest of JSON's grammar must still hold around it.
+    assert parse_envelope(b' \n{"v":1,"type":"heartbeat","id":3}\t ') == Heartbeat(3)
+    with pytest.raises(ProtocolViolation, match="Extra data"):
+        parse_envelope(b'{"v":1,"type":"heartbeat","id":3} {}')
+    with pytest.raises(ProtocolViolation, match="Infinity is not valid JSON"):
+        parse_envelope(b' {"v":1,"type":"request","id":3,"method":"m","args":{"x":Infinity}}')
 
 
 def test_endpoints() -> None:

@@ -140,6 +140,25 @@ def test_ping(client: Client) -> None:
     assert ok(reply) == {} and reply["payloads"] == [] and frames == []
 
 
+def test_a_burst_of_small_calls_is_answered_in_order(client: Client) -> None:
+    # More than one wake's worth (MAX_MESSAGES_PER_WAKE = 64) sent before any reply is read, mixing I/O-thread
+    # calls (ping), compute calls (echo) and heartbeats: the I/O loop drains several messages per wake,
+    # answers each exactly once, and keeps each thread's replies in the order of their requests.
+    sent: list[tuple[str, int]] = []
+    for i in range(150):
+        if i % 10 == 5:
+            sent.append(("heartbeat", client.heartbeat()))
+        else:
+            method = "echo" if i % 3 == 0 else "ping"
+            sent.append((method, client.request(method)))
+    replies = [client.recv()[0] for _ in sent]
+    assert sorted(r["id"] for r in replies) == sorted(i for _, i in sent)
+    kind_of = {i: kind for kind, i in sent}
+    for kind in ("ping", "echo", "heartbeat"):
+        assert [r["id"] for r in replies if kind_of[r["id"]] == kind] == [i for k, i in sent if k == kind]
+    assert all(ok(r) == {} for r in replies if r["type"] == "response")
+
+
 def test_free_port_is_bindable_on_the_asked_interface(client: Client) -> None:
     port = ok(client.call("free_port")[0])["port"]  # host defaults to 127.0.0.1
     assert 1 <= port <= 65535
@@ -437,6 +456,12 @@ BAD_INPUTS: dict[str, tuple[list[Any], str, str, bool]] = {
     ),
     "undescribed payload frame": (
         [{"v": 1, "type": "request", "id": 77, "method": "echo"}, b"extra"],
+        "BAD_PAYLOAD",
+        "carries 1 payload frame(s)",
+        True,
+    ),
+    "undescribed payload frame to a method without payloads": (
+        [{"v": 1, "type": "request", "id": 77, "method": "ping"}, b"extra"],
         "BAD_PAYLOAD",
         "carries 1 payload frame(s)",
         True,

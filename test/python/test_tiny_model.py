@@ -192,6 +192,34 @@ def test_custom_vocab_with_non_ascii_chars(tmp_path: Path) -> None:
     assert m.config.vocab_size == len(t)
 
 
+def test_vocab_size_pads_with_fillers_before_the_specials(tmp_path: Path, tiny_dir: Path, tok: Any) -> None:
+    # A real vocabulary's size (the benchmarks use 32000): the embedding and LM head grow, the characters
+    # keep their ids and tokenization, the specials move to the last three ids.
+    out = make_tiny_model(tmp_path / "m", vocab_size=1000)
+    t = AutoTokenizer.from_pretrained(out)
+    assert len(t) == 1000
+    assert (t.pad_token_id, t.convert_tokens_to_ids("<|im_start|>"), t.eos_token_id) == (997, 998, 999)
+    text = "The cat sat.\n\tx = 2 + é€"
+    assert ids_of(t, text) == ids_of(tok, text)
+    # A filler written literally is text, one token per character; only a model can produce the filler id.
+    assert ids_of(t, "<filler_5>") == ids_of(tok, "<filler_5>")
+    assert t.convert_tokens_to_ids("<filler_0>") == 259 - len(SPECIAL_TOKENS)
+    assert t.decode([259, 996, 999]) == "<filler_3><filler_740><|im_end|>"
+    config = json.loads((out / "config.json").read_text("utf-8"))
+    assert config["vocab_size"] == 1000
+    generation = json.loads((out / "generation_config.json").read_text("utf-8"))
+    assert generation["eos_token_id"] == [999, 997]
+    m = AutoModelForCausalLM.from_pretrained(out)
+    assert m.lm_head.weight.shape == m.model.embed_tokens.weight.shape == (1000, 64)
+    assert m(torch.tensor([ids_of(t, "hi")])).logits.shape == (1, 2, 1000)
+    default_params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_dir).parameters())
+    assert sum(p.numel() for p in m.parameters()) == default_params + (1000 - 259) * 64
+    # The tokenizer's own size asked for explicitly: no filler, the default files byte for byte.
+    same = make_tiny_model(tmp_path / "same", vocab_size=259)
+    for name in WRITTEN_FILES:
+        assert (same / name).read_bytes() == (tiny_dir / name).read_bytes(), name
+
+
 # ----------------------------------------------------------------------------------------------------------
 # chat template and assistant masks
 
@@ -359,6 +387,10 @@ def test_generate_is_deterministic_with_a_seed(model: Any, tok: Any) -> None:
         ({"vocab": DEFAULT_CHARS + "\ud800"}, "vocab"),  # lone surrogate: no UTF-8
         ({"vocab": 42}, "vocab"),
         ({"vocab": ["ab", *DEFAULT_CHARS]}, "vocab"),
+        ({"vocab_size": 258}, "vocab_size"),  # below the 259 tokens the tokenizer needs
+        ({"vocab_size": 0}, "vocab_size"),
+        ({"vocab_size": 3.2e4}, "vocab_size"),
+        ({"vocab_size": True}, "vocab_size"),
     ],
 )
 def test_bad_arguments_name_the_field(tmp_path: Path, kwargs: dict[str, Any], field: str) -> None:
@@ -408,17 +440,18 @@ def test_cli_builds_and_reports(tmp_path: Path) -> None:
     same = make_tiny_model(tmp_path / "api", seed=5)
     assert (same / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
 
-    text = run_cli(str(tmp_path / "cli2"), home=tmp_path / "hf")
+    text = run_cli(str(tmp_path / "cli2"), "--vocab-size", "300", home=tmp_path / "hf")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0] == str((tmp_path / "cli2").resolve())
-    assert f"{n_params} parameters" in lines[1]
+    # 41 filler rows of width 64 in the tied embedding.
+    assert f"{n_params + 41 * 64} parameters, vocab 300," in lines[1]
 
 
 def test_cli_help_and_errors(tmp_path: Path) -> None:
     helped = run_cli("--help", home=tmp_path / "hf")
     assert helped.returncode == 0
-    assert "--hidden-size" in helped.stdout and "--seed" in helped.stdout
+    assert "--hidden-size" in helped.stdout and "--seed" in helped.stdout and "--vocab-size" in helped.stdout
     bad = run_cli(str(tmp_path / "m"), "--num-heads", "3", home=tmp_path / "hf")
     assert bad.returncode == 2
     assert "num_heads" in bad.stderr

@@ -1,7 +1,8 @@
 // The protocol layer (RPCChannel) over the in-memory transport, against a scripted peer: a few lines that
 // answer envelopes the way a broken or hostile worker might. Real workers never send these replies, so this
 // is the only way to check that the client turns them into typed errors instead of hanging or crashing.
-import { describe, expect, it } from "vitest";
+import { getEventListeners } from "node:events";
+import { describe, expect, it, vi } from "vitest";
 import {
   ConnectionClosedError,
   InMemoryTransport,
@@ -103,6 +104,38 @@ describe("RPCChannel", () => {
     await new Promise((r) => setTimeout(r, 5));
     expect(seen.filter((e) => (e as { type: string }).type === "cancel")).toHaveLength(2);
     expect(channel.inFlight).toBe(0);
+  });
+
+  it("releases a settled call's timers and abort listener, whichever way it settles", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    try {
+      const { channel } = scriptedPeer((req) => (req.method === "answered" ? [ok(req.id)] : undefined));
+      const ac = new AbortController();
+      const options = { timeoutMs: 60_000, watchdogMs: 120_000, signal: ac.signal };
+      await expect(channel.request("answered", {}, [], options)).resolves.toMatchObject({ result: { echoed: 1 } });
+      expect(vi.getTimerCount()).toBe(0);
+      expect(getEventListeners(ac.signal, "abort")).toHaveLength(0);
+      // a call with none of them arms nothing
+      const plain = channel.request("answered");
+      expect(vi.getTimerCount()).toBe(0);
+      await plain;
+      // timed out: its watchdog and listener go with it; aborted: its timers go with it
+      const timedOut = channel.request("silent", {}, [], options);
+      expect(vi.getTimerCount()).toBe(2);
+      vi.advanceTimersByTime(60_000);
+      await expect(timedOut).rejects.toBeInstanceOf(RequestTimeoutError);
+      expect(vi.getTimerCount()).toBe(0);
+      expect(getEventListeners(ac.signal, "abort")).toHaveLength(0);
+      const aborted = channel.request("silent", {}, [], options);
+      ac.abort();
+      await expect(aborted).rejects.toBeInstanceOf(RequestAbortedError);
+      expect(vi.getTimerCount()).toBe(0);
+      vi.advanceTimersByTime(200_000); // no watchdog left to fail the channel
+      expect(channel.failedWith).toBeUndefined();
+      expect(channel.inFlight).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("rejects everything pending and later with the failure once failed", async () => {

@@ -48,6 +48,19 @@ function expected(rewards: readonly number[], eps = 1e-6): number[] {
 }
 
 describe("MCAdvantage on a batch of one-step trajectories (the GRPO pipeline's writes)", () => {
+  it("returns groups that neither view nor change what was written (contiguous, split and single groups)", () => {
+    for (const queries of [["a", "a", "b", "b"], ["a", "b", "a", "b"], ["a", "a"]]) {
+      const written = write(...queries.map((q, i) => traj(q, [i])));
+      const out = new MCAdvantage({ groupSize: 2 }).inv(written)!;
+      expect(written.has("advantage")).toBe(false);
+      const rewards = written.getTensor(["next", "reward"]).toNumbers();
+      out.getTensor(["next", "reward"], "float32").data.fill(-1);
+      out.getTensor("traj", "int32").data.fill(-1);
+      expect(written.getTensor(["next", "reward"]).toNumbers()).toEqual(rewards);
+      expect(written.getTensor("traj").toNumbers()).not.toContain(-1);
+    }
+  });
+
   it("gives the same groups, in the same order, as writing the trajectories one by one", () => {
     // interleaved prompts, a group split across two writes, and a prompt that never completes its group
     const first = ["a", "b", "a", "c", "b", "a", "b", "a"].map((q, i) => traj(q, [i / 10]));

@@ -182,6 +182,20 @@ describe("split and unbind", () => {
     expect(rows[2]!.getStrings("s")).toEqual(["r2", "r5"]);
     expect(rows[0]!.batchSize).toEqual([2]);
   });
+
+  it("unbind gives, on every dim, the rows index(i, dim) gives; rows of dim 0 view the source", () => {
+    const td = grid();
+    for (const dim of [0, 1, -1]) {
+      const rows = td.unbind(dim);
+      expect(rows.map(snapshot)).toEqual(rows.map((_, i) => snapshot(td.index(i, dim))));
+    }
+    const deep = TensorDict.stack([grid(), grid().apply((v) => v.clone())], 1); // batch size [2, 2, 3]
+    expect(deep.unbind(1).map(snapshot)).toEqual([0, 1].map((i) => snapshot(deep.index(i, 1))));
+    expect(new TensorDict({ x: Tensor.zeros("float32", [2, 0]) }, { batchSize: [2, 0] }).unbind(0).map((r) => r.batchSize)).toEqual([[0], [0]]);
+    const first = td.unbind(0)[1]!;
+    first.getTensor("x").data[0] = 40;
+    expect(td.getTensor("x").data[3]).toBe(40);
+  });
 });
 
 describe("stack and cat", () => {
@@ -261,6 +275,9 @@ describe("stack and cat", () => {
     const tail = sample(2).set("tokens", RaggedTensor.fromRows([Tensor.zeros("int64", [1, 2]), Tensor.zeros("int64", [0, 2])]));
     expectError(() => TensorDict.cat([a, tail]), ShapeMismatchError, "SHAPE_MISMATCH");
     expectError(() => TensorDict.stack([a, a], 2), IndexOutOfRangeError, "INDEX_OUT_OF_RANGE");
+    const nested = sample(2).set(["next", "reward"], Tensor.zeros("float64", [2, 4]));
+    const e5 = expectError(() => TensorDict.stack([a, nested]), ShapeMismatchError, "SHAPE_MISMATCH");
+    expect(e5.message).toContain('key ["next","reward"] has shape [] after the batch dimensions in tds[0] but [4] in tds[1]');
   });
 });
 

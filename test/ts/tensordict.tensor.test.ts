@@ -41,6 +41,16 @@ describe("Tensor", () => {
     expect(truncated.toArray()).toEqual([1, -1]);
   });
 
+  it("keeps its shape frozen: a mutable shape argument is copied, a frozen one kept", () => {
+    const shape = [2, 3];
+    const t = new Tensor("float32", shape, new Float32Array(6));
+    shape[0] = 5;
+    expect(t.shape).toEqual([2, 3]);
+    expect(Object.isFrozen(t.shape)).toBe(true);
+    expect(new Tensor("float32", t.shape, new Float32Array(6)).shape).toBe(t.shape);
+    expect(() => new Tensor("float32", Object.freeze([2, -1]), new Float32Array(6))).toThrow(InvalidArgumentError);
+  });
+
   it("holds int64 as bigints", () => {
     const t = Tensor.from([1, 2n, 2n ** 60n], { dtype: "int64" });
     expect(t.data).toBeInstanceOf(BigInt64Array);

@@ -11,6 +11,8 @@ Decoded tensors that view a read-only buffer (``bytes``, a received ``zmq.Frame`
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 import math
 import warnings
@@ -26,6 +28,7 @@ from posttrain_worker.codec.flatbuf import (
     HEADER_RECORD_BATCH,
     HEADER_SCHEMA,
     read_message_header,
+    read_record_batch_header,
 )
 from posttrain_worker.codec.format import (
     FIXED_SHAPE_TENSOR,
@@ -83,16 +86,54 @@ def _aligned_buffer(buf: object) -> pa.Buffer:
         ) from exc
     if data.address % 8 == 0:
         return data
-    aligned = torch.empty(data.size, dtype=torch.uint8)  # torch's CPU allocator aligns to 64 bytes
-    aligned.numpy()[:] = memoryview(data)
-    return pa.py_buffer(aligned.numpy())
+    # Arrow's memory pool aligns to 64 bytes. Cheaper than a torch tensor plus a numpy view: this copy is on
+    # the path of every split payload, whose small metadata frame libzmq may deliver at any offset.
+    aligned = pa.allocate_buffer(data.size)
+    memoryview(aligned)[:] = memoryview(data)
+    return aligned
 
 
-def _check_framing(mv: memoryview) -> None:
-    """Walks the messages: lengths inside the buffer, schema first, record batches, end of stream."""
-    n = len(mv)
+class _Stream:
+    """The payload as one byte stream, whole or in parts (docs/protocol.md, "Split payloads").
+
+    ``view(pos, n)`` is the memory of stream bytes ``[pos, pos + n)`` inside the one part that holds them; a
+    range that spans two parts is a ``CodecError``.
+    """
+
+    def __init__(self, parts: Sequence[pa.Buffer]) -> None:
+        self.parts = [memoryview(p) for p in parts]
+        self.starts: list[int] = []
+        self.length = 0
+        for part in self.parts:
+            self.starts.append(self.length)
+            self.length += len(part)
+
+    def view(self, pos: int, n: int, what: str) -> memoryview:
+        i = bisect.bisect_right(self.starts, pos) - 1
+        local = pos - self.starts[i]
+        part = self.parts[i]
+        if local + n > len(part):
+            raise CodecError(
+                f"invalid split payload: {what} (stream bytes {pos}..{pos + n}) spans parts {i} and {i + 1}; "
+                "a message header with its metadata and each body buffer must lie within one part"
+            )
+        return part[local : local + n]
+
+    def part_of(self, pos: int) -> int:
+        return bisect.bisect_right(self.starts, pos) - 1
+
+
+def _check_framing(stream: _Stream) -> tuple[memoryview, list[tuple[memoryview, int, int]]]:
+    """Walks the messages: lengths inside the stream, schema first, record batches, end of stream.
+
+    Returns the schema message (header and metadata) and each record batch's metadata with its body start and
+    body length.
+    """
+    n = stream.length
     pos = 0
     index = 0
+    schema = memoryview(b"")
+    batches: list[tuple[memoryview, int, int]] = []
     while True:
         if n - pos < 8:
             empty = " (empty payload)" if n == 0 else ""
@@ -100,13 +141,14 @@ def _check_framing(mv: memoryview) -> None:
                 f"truncated Arrow stream: expected a message header (8 bytes) at byte {pos}, "
                 f"but {n - pos} bytes remain{empty}"
             )
-        marker = int.from_bytes(mv[pos : pos + 4], "little")
+        head = stream.view(pos, 8, f"the header of message {index}")
+        marker = int.from_bytes(head[0:4], "little")
         if marker != _CONTINUATION:
             raise CodecError(
                 f"not an Arrow IPC stream: expected the continuation marker 0xFFFFFFFF at byte {pos}, "
                 f"found 0x{marker:08X}"
             )
-        length = int.from_bytes(mv[pos + 4 : pos + 8], "little", signed=True)
+        length = int.from_bytes(head[4:8], "little", signed=True)
         if length == 0:
             if index == 0:
                 raise CodecError("invalid Arrow stream: end-of-stream marker before the schema")
@@ -114,7 +156,7 @@ def _check_framing(mv: memoryview) -> None:
                 raise CodecError(
                     f"invalid Arrow stream: {n - pos - 8} unexpected bytes after the end-of-stream marker"
                 )
-            return
+            return schema, batches
         if length < 0 or length % 8 != 0:
             raise CodecError(
                 f"invalid Arrow stream: message {index} at byte {pos} declares metadata length {length} "
@@ -126,8 +168,9 @@ def _check_framing(mv: memoryview) -> None:
                 f"truncated Arrow stream: message {index} at byte {pos} declares {length} bytes of metadata, "
                 f"but {n - pos - 8} bytes remain"
             )
+        message = stream.view(pos, 8 + length, f"message {index}")
         try:
-            _version, header_type, body_length = read_message_header(mv[pos + 8 : end])
+            _version, header_type, body_length = read_message_header(message[8:])
         except ValueError as exc:
             raise CodecError(
                 f"invalid Arrow stream: cannot read message {index} at byte {pos}: {exc}"
@@ -153,6 +196,10 @@ def _check_framing(mv: memoryview) -> None:
                 f"invalid Arrow stream: message {index} has header type {header_type}, "
                 "expected a record batch"
             )
+        if index == 0:
+            schema = message
+        else:
+            batches.append((message[8:], end, body_length))
         pos = end + body_length
         index += 1
 
@@ -347,6 +394,15 @@ def _history(arr: pa.Array, path: Path) -> HistoryColumn:
 # Arrays to tensors
 
 
+class _ReadonlyWarning:
+    """Whether this process already made torch give (and this module swallow) its read-only buffer warning."""
+
+    spent = False
+
+
+_readonly_warning = _ReadonlyWarning()
+
+
 def _from_buffer(
     buf: pa.Buffer | None, start: int, count: int, dtype: torch.dtype, path: Path
 ) -> torch.Tensor:
@@ -360,9 +416,16 @@ def _from_buffer(
     if (buf.address + start) % size != 0:
         copy = bytearray(memoryview(buf)[start : start + count * size])
         return torch.frombuffer(copy, dtype=dtype)
+    view = memoryview(buf)
+    if not view.readonly or _readonly_warning.spent:
+        return torch.frombuffer(view, dtype=dtype, count=count, offset=start)
+    # torch warns about a read-only buffer once per process (TORCH_WARN_ONCE): only the first such call needs
+    # the filter, whose catch_warnings costs more than the view itself on every later payload.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*not writable.*")
-        return torch.frombuffer(memoryview(buf), dtype=dtype, count=count, offset=start)
+        tensor = torch.frombuffer(view, dtype=dtype, count=count, offset=start)
+    _readonly_warning.spent = True
+    return tensor
 
 
 def _primitive(arr: pa.Array, dtype: str, path: Path) -> torch.Tensor:
@@ -483,22 +546,133 @@ def _reshape(column: Column, batch_size: tuple[int, ...]) -> Column:
     return column
 
 
+def _load_record_batch(
+    schema: pa.Schema, metadata: memoryview, body: tuple[int, int], stream: _Stream, index: int
+) -> pa.RecordBatch:
+    """One record batch of a split payload, its arrays built over views of the parts (no copy).
+
+    The schema's fields are walked in pre-order, each taking its field node and buffers as the Arrow format
+    lays them out; pyarrow's full validation runs on the result like on any other record batch.
+    """
+    what = f"record batch {index}"
+    body_start, body_length = body
+    try:
+        header = read_record_batch_header(metadata)
+    except ValueError as exc:
+        raise CodecError(f"invalid Arrow stream: cannot read {what}: {exc}") from exc
+    if header.compressed:
+        raise CodecError("unsupported Arrow stream: compressed record batches are not supported")
+    nodes = iter(header.nodes)
+    buffers = iter(enumerate(header.buffers))
+
+    def node() -> tuple[int, int]:
+        found = next(nodes, None)
+        if found is None:
+            raise CodecError(f"invalid Arrow stream: {what} has fewer field nodes than its schema needs")
+        return found
+
+    def buffer() -> pa.Buffer:
+        k, region = next(buffers, (-1, (0, 0)))
+        if k < 0:
+            raise CodecError(f"invalid Arrow stream: {what} has fewer buffers than its schema needs")
+        offset, length = region
+        if offset < 0 or length < 0:
+            raise CodecError(f"invalid Arrow stream: buffer {k} of {what} has offset {offset}, size {length}")
+        # The checks Arrow's own reader makes on a one-frame stream: a buffer lies inside its message's
+        # body (not in the next message) and starts 8-byte aligned.
+        if offset + length > body_length or offset % 8:
+            raise CodecError(
+                f"invalid Arrow stream: buffer {k} of {what} (offset {offset}, length {length}) is not an "
+                f"8-byte aligned region of its {body_length}-byte body"
+            )
+        return pa.py_buffer(stream.view(body_start + offset, length, f"buffer {k} of {what}"))
+
+    def load(t: pa.DataType) -> pa.Array:
+        if isinstance(t, pa.BaseExtensionType):
+            return pa.ExtensionArray.from_storage(t, load(t.storage_type))
+        length, nulls = node()
+        validity = buffer()
+        bitmap = validity if nulls else None
+        if pa.types.is_integer(t) or pa.types.is_floating(t):
+            return pa.Array.from_buffers(t, length, [bitmap, buffer()], nulls)
+        if pa.types.is_string(t):
+            offsets = buffer()
+            return pa.Array.from_buffers(t, length, [bitmap, offsets, buffer()], nulls)
+        if pa.types.is_list(t):
+            offsets = buffer()
+            return pa.Array.from_buffers(t, length, [bitmap, offsets], nulls, children=[load(t.value_type)])
+        if pa.types.is_fixed_size_list(t):
+            return pa.Array.from_buffers(t, length, [bitmap], nulls, children=[load(t.value_type)])
+        if pa.types.is_struct(t):
+            children = [load(t.field(i).type) for i in range(t.num_fields)]
+            return pa.Array.from_buffers(t, length, [bitmap], nulls, children=children)
+        raise CodecError(f"unsupported Arrow type {t} in {what}")
+
+    arrays = [load(f.type) for f in schema]
+    if next(nodes, None) is not None or next(buffers, None) is not None:
+        raise CodecError(
+            f"invalid Arrow stream: {what} has {len(header.nodes)} field nodes and {len(header.buffers)} "
+            "buffers, more than its schema takes"
+        )
+    if not arrays:  # from_arrays would count 0 rows; a batch of no columns still has its row count
+        return pa.RecordBatch.from_struct_array(
+            pa.Array.from_buffers(pa.struct([]), header.length, [None], children=[])
+        )
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+@functools.lru_cache(maxsize=128)
+def _read_schema(message: bytes) -> pa.Schema:
+    """The schema of an encapsulated schema message: the same layout comes again and again, parsed once."""
+    return pa.ipc.read_schema(pa.py_buffer(message))
+
+
+def _read_parts(stream: _Stream) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    schema_message, messages = _check_framing(stream)
+    try:
+        schema = _read_schema(bytes(schema_message))
+        return schema, [
+            _load_record_batch(schema, metadata, (start, length), stream, i + 1)
+            for i, (metadata, start, length) in enumerate(messages)
+        ]
+    except CodecError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
+        raise CodecError(f"invalid Arrow stream: {exc}") from exc
+
+
+def _read_whole(data: pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    _check_framing(_Stream([data]))
+    try:
+        reader = pa.ipc.open_stream(data)
+        return reader.schema, list(reader)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CodecError(f"invalid Arrow stream: {exc}") from exc
+
+
 def decode_batch(buf: object) -> TensorBatch:
     """Decodes one Arrow IPC stream (from ``encode_batch``, the TypeScript encoder, or any Arrow writer that
     follows docs/protocol.md) into a ``TensorBatch``.
 
     ``buf`` is any contiguous buffer-protocol object: ``bytes``, ``bytearray``, ``memoryview``,
-    ``zmq.Frame.buffer``, ``pyarrow.Buffer``. With one record batch the tensors share memory with ``buf``
-    (which they keep alive); an unaligned ``buf`` is copied once. Several record batches are concatenated
-    (copied). Dense tensors have shape ``[*batch_size, *row_shape]``; ragged offsets are int32 tensors. Raises
-    ``CodecError`` for anything that is not a valid posttrain payload.
+    ``zmq.Frame.buffer``, ``pyarrow.Buffer``; or a list or tuple of them, the parts of a split payload
+    (docs/protocol.md, "Split payloads": each message header with its metadata and each body buffer within
+    one part). With one record batch the tensors share memory with ``buf`` (which they keep alive); an
+    unaligned ``buf`` or part is copied once. Several record batches are concatenated (copied). Dense tensors
+    have shape ``[*batch_size, *row_shape]``; ragged offsets are int32 tensors. Raises ``CodecError`` for
+    anything that is not a valid posttrain payload.
     """
-    data = _aligned_buffer(buf)
-    _check_framing(memoryview(data))
+    if isinstance(buf, (list, tuple)):
+        if not buf:
+            raise CodecError("invalid split payload: no parts")
+        parts = [_aligned_buffer(p) for p in buf]
+        empty = next((i for i, p in enumerate(parts) if p.size == 0), None)
+        if empty is not None and len(parts) > 1:
+            raise CodecError(f"invalid split payload: part {empty} is empty")
+        schema, batches = _read_whole(parts[0]) if len(parts) == 1 else _read_parts(_Stream(parts))
+    else:
+        schema, batches = _read_whole(_aligned_buffer(buf))
     try:
-        reader = pa.ipc.open_stream(data)
-        schema = reader.schema
-        batches = list(reader)
         for b in batches:
             b.validate(full=True)
     except (pa.ArrowException, OSError, ValueError) as exc:

@@ -201,3 +201,62 @@ def read_message_header(metadata: memoryview) -> tuple[int, int, int]:
         return int.from_bytes(metadata[at : at + width], "little", signed=signed)
 
     return slot(0, 2, True), slot(1, 1), slot(3, 8, True)
+
+
+@dataclass(frozen=True)
+class RecordBatchHeader:
+    """The metadata of a record batch message: rows, field nodes ``(length, null_count)`` and body buffer
+    regions ``(offset, length)``, in schema pre-order."""
+
+    length: int
+    nodes: tuple[tuple[int, int], ...]
+    buffers: tuple[tuple[int, int], ...]
+    compressed: bool
+
+
+def read_record_batch_header(metadata: memoryview) -> RecordBatchHeader:
+    """The record batch of a Message flatbuffer whose header type is ``HEADER_RECORD_BATCH``, bounds-checked.
+
+    Read here rather than by pyarrow for split payloads, whose body is not one buffer. Raises ``ValueError``
+    when an offset points outside ``metadata``.
+    """
+    n = len(metadata)
+
+    def read(at: int, width: int, signed: bool = False) -> int:
+        if at < 0 or at + width > n:
+            raise ValueError(f"flatbuffer offset {at} out of range")
+        return int.from_bytes(metadata[at : at + width], "little", signed=signed)
+
+    def field_at(table: int, index: int) -> int:
+        """Absolute position of a table's field, 0 when absent."""
+        vtable = table - read(table, 4, True)
+        entry = 4 + 2 * index
+        if entry + 2 > read(vtable, 2):
+            return 0
+        off = read(vtable + entry, 2)
+        return table + off if off else 0
+
+    def table_at(at: int) -> int:
+        return at + read(at, 4) if at else 0
+
+    def structs(at: int) -> tuple[tuple[int, int], ...]:
+        if not at:
+            return ()
+        start = at + read(at, 4)
+        count = read(start, 4)
+        if start + 4 + 16 * count > n:
+            raise ValueError(f"a vector of {count} entries at {start} runs past the metadata")
+        at = start + 4
+        return tuple((read(at + 16 * i, 8, True), read(at + 8 + 16 * i, 8, True)) for i in range(count))
+
+    message = read(0, 4)  # the root table
+    header = table_at(field_at(message, 2))
+    if not header:
+        raise ValueError("the message has no header")
+    length_at = field_at(header, 0)
+    return RecordBatchHeader(
+        length=read(length_at, 8, True) if length_at else 0,
+        nodes=structs(field_at(header, 1)),
+        buffers=structs(field_at(header, 2)),
+        compressed=field_at(header, 3) != 0,
+    )

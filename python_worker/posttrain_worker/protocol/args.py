@@ -157,6 +157,8 @@ class ArgsSchema:
 
     def parse(self, method: str, args: dict[str, Any]) -> Any:
         """Check ``args`` (raising ``BAD_ARGUMENTS``) and return what the handler gets."""
+        if not args and not self.fields and self.build is None:
+            return None  # no arguments declared and none given: nothing to read, nothing unknown to refuse
         reader = _SchemaReader(method, args)
         values = {arg.name: reader.read(arg) for arg in self.fields}
         reader.finish()

@@ -69,7 +69,8 @@ def run_call(
 ) -> list[Any]:
     """Decode, run, encode: the reply frames ``[envelope, *payloads]``. Never raises for a method's fault."""
     try:
-        inputs = decode_payloads(descriptors, frames)
+        # A call without payloads (most control calls) skips the codec glue both ways.
+        inputs = decode_payloads(descriptors, frames) if descriptors or frames else []
         ctx = CallContext(
             method=spec.name,
             request_id=request_id,
@@ -84,7 +85,7 @@ def run_call(
             result, outputs = outcome, []
         else:
             result, outputs = outcome.result, outcome.payloads
-        out_descriptors, out_frames = encode_payloads(outputs)
+        out_descriptors, out_frames = encode_payloads(outputs) if outputs else ([], [])
         try:
             envelope = response_ok(request_id, result, out_descriptors)
         except (TypeError, ValueError) as exc:

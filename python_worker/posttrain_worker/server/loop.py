@@ -9,6 +9,7 @@ removing the ipc socket file.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -53,6 +54,7 @@ log = logging.getLogger("posttrain_worker.server")
 READY_PREFIX = "POSTTRAIN_READY "
 REPLY_ADDRESS = "inproc://posttrain-replies"
 MAX_MESSAGES_PER_WAKE = 64
+_COPY_BELOW_BYTES = 64 * 1024  # reply frames below this are sent as copies (pyzmq's own copy threshold)
 # I/O-thread methods are short and cannot be cancelled: they share one event that is never set.
 _NEVER_CANCELLED = threading.Event()
 ZAP_DOMAIN = "posttrain"
@@ -142,6 +144,10 @@ class WorkerServer:
                 self.facts.device,
                 os.getpid(),
             )
+            # Everything imported so far (torch and co: ~10^5 objects) lives as long as the process: out of
+            # the collector's reach, a full collection no longer walks it (tens of ms, a latency spike on
+            # whichever call triggers it).
+            gc.freeze()
             self._serve(router, pull, executor, stdin_fd)
         except Exception:
             log.exception("the I/O loop failed")
@@ -192,10 +198,15 @@ class WorkerServer:
             if pull in events:
                 self._forward_replies(router, pull)
             if router in events:
-                for _ in range(MAX_MESSAGES_PER_WAKE):
-                    if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                for count in range(MAX_MESSAGES_PER_WAKE):
+                    # The poll said the first message is there (multipart messages arrive whole): only the
+                    # later ones need the EVENTS check, one getsockopt less on the path of every request.
+                    if count and not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                         break
-                    identity, head, payload_frames = _receive(router)
+                    received = _receive(router)
+                    if received is None:
+                        break
+                    identity, head, payload_frames = received
                     try:
                         self._handle(router, executor, identity, head, payload_frames)
                     except Exception:  # a bug in the server itself: log it and keep serving
@@ -220,11 +231,14 @@ class WorkerServer:
 
     @staticmethod
     def _send(router: zmq.Socket, frames: list[Any]) -> None:
-        # send_multipart's own loop, minus its checks: this is on the path of every reply.
+        # send_multipart's own loop, minus its checks: this is on the path of every reply. Small ``bytes``
+        # (identity and envelope of a reply made on this thread) are copied: a zero-copy Frame around them
+        # costs more than the copy. Frames forwarded from the compute thread are ``zmq.Frame``s: sent as is.
         try:
             last = len(frames) - 1
             for i, frame in enumerate(frames):
-                router.send(frame, zmq.SNDMORE if i < last else 0, copy=False)
+                small = type(frame) is bytes and len(frame) < _COPY_BELOW_BYTES
+                router.send(frame, zmq.SNDMORE if i < last else 0, copy=small)
         except zmq.ZMQError as exc:
             log.warning("could not send a reply: %s", exc)
 
@@ -304,7 +318,8 @@ class WorkerServer:
         reply_error: Callable[[int | None, WorkerFailure], None],
     ) -> None:
         try:
-            check_frames(request.payloads, payload_frames, self.config.max_payload_bytes)
+            if request.payloads or payload_frames:  # none described and none carried: nothing to check
+                check_frames(request.payloads, payload_frames, self.config.max_payload_bytes)
             spec = self.registry.lookup(request.method)
             try:
                 args = spec.parse_args(spec.name, request.args)
@@ -436,14 +451,24 @@ class WorkerServer:
                     os.close(fd)
 
 
-def _receive(router: zmq.Socket) -> tuple[bytes, bytes | None, list[zmq.Frame]]:
-    """One message: (identity, envelope, payload frames). The two small frames are copied (cheaper than Frame
-    objects); payload frames are zero-copy ``zmq.Frame``s."""
-    identity = router.recv()
-    if not router.getsockopt(zmq.RCVMORE):
+def _receive(router: zmq.Socket) -> tuple[bytes, bytes | None, list[zmq.Frame]] | None:
+    """One message: (identity, envelope, payload frames), or None when none is waiting. The identity is copied
+    (cheaper than a Frame object); the envelope and payload frames come as ``zmq.Frame``s, whose ``more`` flag
+    is read without a getsockopt(RCVMORE) per frame (the envelope is then copied out as bytes)."""
+    try:
+        identity = router.recv(zmq.NOBLOCK)
+    except zmq.Again:
+        return None
+    # A ROUTER prepends the identity to a message of at least one frame and marks it MORE (libzmq's
+    # router.cpp), so the envelope is part of the same message and already here; NOBLOCK only keeps the loop
+    # from ever blocking on a frame libzmq does not deliver (the caller ignores a missing envelope).
+    try:
+        frame = router.recv(zmq.NOBLOCK, copy=False)
+    except zmq.Again:
         return identity, None, []
-    head = router.recv()
+    head = frame.bytes
     payloads: list[zmq.Frame] = []
-    while router.getsockopt(zmq.RCVMORE):
-        payloads.append(router.recv(copy=False))
+    while frame.more:
+        frame = router.recv(copy=False)
+        payloads.append(frame)
     return identity, head, payloads

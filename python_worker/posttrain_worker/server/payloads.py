@@ -11,7 +11,13 @@ from typing import Any
 
 import zmq
 
-from posttrain_worker.codec import CodecError, decode_batch, encode_batch, tensor_from_bytes, tensor_to_bytes
+from posttrain_worker.codec import (
+    CodecError,
+    decode_batch,
+    encode_batch_parts,
+    tensor_from_bytes,
+    tensor_to_bytes,
+)
 from posttrain_worker.codec.types import TORCH_TO_DTYPE, TensorBatch
 from posttrain_worker.protocol.envelope import (
     BytesPayload,
@@ -28,6 +34,22 @@ def frame_size(frame: zmq.Frame | bytes | memoryview) -> int:
     return frame.nbytes if isinstance(frame, memoryview) else len(frame)
 
 
+def frame_count(descriptor: PayloadDescriptor) -> int:
+    """How many frames a payload occupies: a split tensordict several, anything else one."""
+    return descriptor.frames if isinstance(descriptor, TensorDictPayload) else 1
+
+
+def group_frames(descriptors: Sequence[PayloadDescriptor], frames: Sequence[Any]) -> list[list[Any]]:
+    """The frames of each payload, in order (the counts were checked by ``check_frames``)."""
+    groups: list[list[Any]] = []
+    at = 0
+    for descriptor in descriptors:
+        count = frame_count(descriptor)
+        groups.append(list(frames[at : at + count]))
+        at += count
+    return groups
+
+
 def check_frames(
     descriptors: Sequence[PayloadDescriptor], frames: Sequence[zmq.Frame], max_payload_bytes: int
 ) -> None:
@@ -40,19 +62,22 @@ def check_frames(
             f"more than this worker's maxPayloadBytes ({max_payload_bytes})",
             {"bytes": total, "maxPayloadBytes": max_payload_bytes},
         )
-    if len(frames) != len(descriptors):
+    expected = sum(frame_count(d) for d in descriptors)
+    if len(frames) != expected:
+        split = f" in {expected} frames" if expected != len(descriptors) else ""
         raise WorkerFailure(
             BAD_PAYLOAD,
-            f'the envelope describes {len(descriptors)} payload(s) in "payloads" '
+            f'the envelope describes {len(descriptors)} payload(s){split} in "payloads" '
             f"but the message carries {len(frames)} payload frame(s)",
             {"described": len(descriptors), "frames": len(frames)},
         )
-    for index, (descriptor, frame) in enumerate(zip(descriptors, frames, strict=True)):
-        if isinstance(descriptor, TensorPayload) and frame_size(frame) != descriptor.nbytes:
+    groups = group_frames(descriptors, frames)
+    for index, (descriptor, group) in enumerate(zip(descriptors, groups, strict=True)):
+        if isinstance(descriptor, TensorPayload) and frame_size(group[0]) != descriptor.nbytes:
             raise WorkerFailure(
                 BAD_PAYLOAD,
                 f"payload {index} ({describe_payload(descriptor)}): expected {descriptor.nbytes} bytes "
-                f"(numel {descriptor.numel} x itemsize), got {frame_size(frame)}",
+                f"(numel {descriptor.numel} x itemsize), got {frame_size(group[0])}",
                 {"payloadIndex": index},
             )
 
@@ -66,11 +91,12 @@ def decode_payloads(
 ) -> list[InputPayload]:
     """Decode every payload; any failure is ``BAD_PAYLOAD`` naming the payload index."""
     decoded: list[InputPayload] = []
-    for index, (descriptor, frame) in enumerate(zip(descriptors, frames, strict=True)):
-        buf = _buffer(frame)
+    groups = group_frames(descriptors, frames)
+    for index, (descriptor, group) in enumerate(zip(descriptors, groups, strict=True)):
+        buf = _buffer(group[0])
         try:
             if isinstance(descriptor, TensorDictPayload):
-                decoded.append(decode_batch(buf))
+                decoded.append(decode_batch(buf if len(group) == 1 else [_buffer(f) for f in group]))
             elif isinstance(descriptor, TensorPayload):
                 tensor = tensor_from_bytes(buf, descriptor.dtype, list(descriptor.shape))
                 decoded.append(RawTensor(tensor, descriptor.name))
@@ -94,8 +120,10 @@ def encode_payloads(
     frames: list[Any] = []
     for index, out in enumerate(outputs):
         if isinstance(out, TensorBatch):
-            descriptors.append(TensorDictPayload())
-            frames.append(encode_batch(out))
+            # Split: large tensors go out as frames of their own, views of their memory (sent copy=False).
+            parts = encode_batch_parts(out)
+            descriptors.append(TensorDictPayload(frames=len(parts)))
+            frames.extend(parts)
         elif isinstance(out, RawTensor):
             dtype = TORCH_TO_DTYPE.get(out.tensor.dtype)
             if dtype is None:

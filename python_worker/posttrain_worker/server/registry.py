@@ -146,8 +146,8 @@ class MethodRegistry:
     @staticmethod
     def check_payloads(spec: MethodSpec, descriptors: Sequence[PayloadDescriptor]) -> None:
         """``BAD_PAYLOAD`` unless the payload kinds fit the method's rule."""
-        if spec.payloads == "any":
-            return
+        if spec.payloads == "any" or (not descriptors and not spec.payloads):
+            return  # anything goes, or none taken and none given
         got = [d.kind for d in descriptors]
         if tuple(got) != spec.payloads:
             expected = ", ".join(spec.payloads) if spec.payloads else "none"

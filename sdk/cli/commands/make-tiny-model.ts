@@ -3,6 +3,7 @@ import { EXIT, UsageError, integerFlag, parseCommandArgs, say, stringFlag, type 
 
 const HELP = `Usage: posttrain make-tiny-model DIR [--seed N] [--hidden-size N] [--num-layers N] [--num-heads N]
                                  [--num-kv-heads N] [--intermediate-size N] [--max-position-embeddings N]
+                                 [--vocab-size N]
 
 Write a random tiny Qwen2-style model with a character-level tokenizer and a ChatML chat template into DIR
 (offline, deterministic given --seed), for tests, examples and the demo.
@@ -15,6 +16,8 @@ Options:
   --num-kv-heads N             Key/value heads.
   --intermediate-size N        MLP size.
   --max-position-embeddings N  Longest sequence.
+  --vocab-size N               Tokens in the vocabulary, padded with filler tokens (default: the 259
+                               character tokens; e.g. 32000 for a real vocabulary's embedding size).
   -h, --help                   Show this help.
 `;
 
@@ -26,6 +29,7 @@ const FLAGS = {
   "num-kv-heads": "numKvHeads",
   "intermediate-size": "intermediateSize",
   "max-position-embeddings": "maxPositionEmbeddings",
+  "vocab-size": "vocabSize",
 } as const;
 
 /** The `make-tiny-model` command. */

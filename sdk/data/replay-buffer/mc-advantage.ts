@@ -250,7 +250,9 @@ export class MCAdvantage implements ReplayBufferTransform {
   }
 
   #perStep(trajectories: readonly TensorDict[]): TensorDict {
-    const group = lazyCat(trajectories);
+    // Both callers copy the groups they return (lazyCat in inv), so a group of one piece is not copied here too:
+    // a shallow copy keeps the advantage key off the caller's TensorDict.
+    const group = trajectories.length === 1 ? trajectories[0]!.exclude() : lazyCat(trajectories);
     const reward = rewardLeaf(group, this.#options.rewardsKey);
     const values = leafNumbers(group, this.#options.rewardsKey, "MCAdvantage");
     return group.set(this.#options.advantageKey, likeReward(reward, normalizeGroup(values, this.#options.eps)));

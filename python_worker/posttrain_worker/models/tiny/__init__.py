@@ -22,7 +22,10 @@ Token ids: the characters of ``vocab`` come first, one token each, in their give
 (``DEFAULT_CHARS`` = ``\\t``, ``\\n``, then printable ASCII 32..126: ids 0..96); then every byte not yet
 covered (ids 97..255 by default); then ``SPECIAL_TOKENS`` in order: ``<|endoftext|>`` (pad, 256),
 ``<|im_start|>`` (257), ``<|im_end|>`` (eos, 258). With the default vocab that is 259 tokens, and
-``config.vocab_size == len(tokenizer)``, so logits are ``[B, T, 259]``. There is no unk token. Token
+``config.vocab_size == len(tokenizer)``, so logits are ``[B, T, 259]``. There is no unk token. With
+``vocab_size=N`` (benchmarks: a real vocabulary's size such as 32000), filler tokens ``<filler_0>``, ... fill
+the ids before the special tokens, which then are the last three (``N-3``..``N-1``), so the embedding, the LM
+head and the logits have ``N`` rows like a real checkpoint's; no text encodes to a filler. Token
 *strings* are byte-level symbols as in GPT-2/Qwen: ``" "`` is ``"Ġ"``, ``"\\n"`` is ``"Ċ"``, ``"\\t"`` is
 ``"ĉ"``; ``decode`` maps them back.
 
@@ -41,7 +44,8 @@ token) and 0 on the ``<|im_start|>assistant\\n`` header and the ``\\n`` after ``
 may be a string, None, or a list of ``{"type": "text", "text": ...}`` parts (their texts are concatenated;
 other parts dropped).
 
-Command line: ``python -m posttrain_worker.models.tiny DIR [--seed N] [--hidden-size H] ...`` (``--help``).
+Command line: ``python -m posttrain_worker.models.tiny DIR [--seed N] [--hidden-size H] [--vocab-size N] ...``
+(``--help``).
 
 One module per job: ``tokenizer`` (characters, specials, chat template), ``weights`` (architecture and seeded
 weights), ``build`` (``make_tiny_model``: the directory), ``cli`` (the command line).

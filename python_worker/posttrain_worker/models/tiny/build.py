@@ -12,6 +12,7 @@ from posttrain_worker.models.tiny.tokenizer import (
     PAD_TOKEN,
     build_tokenizer,
     check_vocab,
+    check_vocab_size,
     patch_tokenizer_config,
 )
 from posttrain_worker.models.tiny.weights import check_seed, check_sizes, random_model
@@ -38,6 +39,7 @@ def make_tiny_model(
     max_position_embeddings: int = 512,
     seed: int = 0,
     vocab: str = DEFAULT_CHARS,
+    vocab_size: int | None = None,
 ) -> Path:
     """Write a random tiny ``Qwen2ForCausalLM`` + character-level tokenizer into ``out_dir``; return its path.
 
@@ -47,10 +49,16 @@ def make_tiny_model(
     ``hidden_size`` is not divisible by ``num_heads``, ``num_heads`` not by ``num_kv_heads``, the head size
     is odd (RoPE needs it even), ``seed`` is outside ``[0, 2**64)``, or ``vocab`` is empty, repeats a
     character, holds something other than single characters, or holds a character that is not NFC-stable or
-    has no UTF-8 encoding.
+    has no UTF-8 encoding, or ``vocab_size`` is not a positive int or is below the tokenizer's own size (259
+    with the default ``vocab``).
 
     ``vocab`` lists the characters that get the first ids, one token each; every other character is still
     encodable, as one token per UTF-8 byte (every ASCII character is therefore always a single token).
+
+    ``vocab_size`` (default None: no fillers) gives the tokenizer, the embedding and the LM head exactly that
+    many tokens, as a real vocabulary has (32000, 151936): filler tokens ``<filler_0>``, ``<filler_1>``, ...
+    come after the character, byte and prefix tokens and before the special tokens (which move to the last
+    three ids). ``encode`` never produces a filler; a model may sample one, and it decodes to its own name.
     """
     path, _, _ = build(
         out_dir,
@@ -62,6 +70,7 @@ def make_tiny_model(
         max_position_embeddings=max_position_embeddings,
         seed=seed,
         vocab=vocab,
+        vocab_size=vocab_size,
     )
     return path
 
@@ -99,6 +108,7 @@ def build(
     max_position_embeddings: int,
     seed: int,
     vocab: str,
+    vocab_size: int | None = None,
 ) -> tuple[Path, int, int]:
     """``make_tiny_model``'s work: returns the resolved directory, the parameter count and the vocab size."""
     sizes = {
@@ -113,6 +123,7 @@ def build(
     check_sizes(sizes)
     check_seed(seed)
     chars = check_vocab(vocab)
+    n_tokens = check_vocab_size(vocab_size, chars)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:
@@ -120,7 +131,7 @@ def build(
 
     from transformers.utils import logging as hf_logging
 
-    tokenizer = build_tokenizer(chars, max_position_embeddings)
+    tokenizer = build_tokenizer(chars, max_position_embeddings, n_tokens)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     model = random_model(sizes, seed, vocab_size=len(tokenizer), pad_id=pad_id, eos_id=eos_id)

@@ -33,6 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-position-embeddings", type=int, default=512, help="context length (default 512)"
     )
     parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help=(
+            "pad the tokenizer, embedding and LM head with filler tokens up to this many tokens, as a real "
+            "vocabulary (e.g. 32000, 151936); default: the character tokenizer's own 259"
+        ),
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help=(
@@ -58,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_position_embeddings=ns.max_position_embeddings,
             seed=ns.seed,
             vocab=DEFAULT_CHARS,
+            vocab_size=ns.vocab_size,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -93,8 +93,35 @@ def _bytes_to_unicode() -> dict[int, str]:
     return table
 
 
-def _bpe_vocab(chars: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
-    """Vocabulary and merges: ``chars`` first (one token each), then every other byte, then merge prefixes."""
+#: How filler token ``i`` is spelled (ASCII only, so its byte-level symbols are the same characters and it
+#: decodes to exactly this text). No merge builds it, so ``encode`` never produces one: only a model can.
+FILLER_FORMAT = "<filler_{}>"
+
+
+def natural_vocab_size(chars: str) -> int:
+    """How many tokens the tokenizer over ``chars`` has without fillers (the smallest allowed vocab size)."""
+    vocab, _ = _bpe_vocab(chars, 0)
+    return len(vocab)
+
+
+def check_vocab_size(vocab_size: Any, chars: str) -> int | None:
+    """``vocab_size`` (None: no fillers), or ``ValueError`` naming ``vocab_size``."""
+    if vocab_size is None:
+        return None
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
+        raise ValueError(f"vocab_size: expected a positive int, got {vocab_size!r}")
+    least = natural_vocab_size(chars)
+    if vocab_size < least:
+        raise ValueError(
+            f"vocab_size: expected at least {least} (the characters, the other bytes and the special "
+            f"tokens), got {vocab_size}"
+        )
+    return vocab_size
+
+
+def _bpe_vocab(chars: str, n_fillers: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Vocabulary and merges: ``chars`` first (one token each), then every other byte, then merge prefixes,
+    then ``n_fillers`` filler tokens, then the special tokens."""
     byte_sym = _bytes_to_unicode()
     vocab: dict[str, int] = {}
     merges: list[tuple[str, str]] = []
@@ -114,12 +141,16 @@ def _bpe_vocab(chars: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
         vocab.setdefault(byte_sym[b], len(vocab))
     for prefix in prefixes:
         vocab.setdefault(prefix, len(vocab))
+    # Fillers sit before the specials, as a real vocabulary's ordinary tokens do (Qwen2's specials come last).
+    for i in range(n_fillers):
+        vocab[FILLER_FORMAT.format(i)] = len(vocab)
     for tok in SPECIAL_TOKENS:
         vocab[tok] = len(vocab)
     return vocab, merges
 
 
-def build_tokenizer(chars: str, model_max_length: int) -> Any:
+def build_tokenizer(chars: str, model_max_length: int, vocab_size: int | None = None) -> Any:
+    """The tokenizer over ``chars``; with ``vocab_size``, padded with filler tokens to exactly that many."""
     from tokenizers import (
         AddedToken,
         Regex,
@@ -132,7 +163,8 @@ def build_tokenizer(chars: str, model_max_length: int) -> Any:
     )
     from transformers import PreTrainedTokenizerFast
 
-    vocab, merges = _bpe_vocab(chars)
+    n_fillers = 0 if vocab_size is None else vocab_size - natural_vocab_size(chars)
+    vocab, merges = _bpe_vocab(chars, n_fillers)
     backend = Tokenizer(
         models.BPE(
             vocab=vocab,
