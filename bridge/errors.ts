@@ -202,6 +202,39 @@ export class RayUnavailableError extends PosttrainError {
 }
 
 /**
+ * `posttrain setup` could not build the workers' Python environment: no Python >= 3.10 with the venv module
+ * (`PYTHON_NOT_FOUND`, the message says what to install) or a step (venv, pip) failed (`SETUP_STEP_FAILED`, the
+ * message names the command and its exit status; pip's own output is above it on stderr).
+ *
+ * ```ts
+ * if (err instanceof WorkerEnvSetupError && err.code === "PYTHON_NOT_FOUND") console.error(err.message); // what to install
+ * ```
+ */
+export class WorkerEnvSetupError extends PosttrainError {
+  /** Which kind of failure: `PYTHON_NOT_FOUND` or `SETUP_STEP_FAILED`. */
+  declare readonly code: "PYTHON_NOT_FOUND" | "SETUP_STEP_FAILED";
+}
+
+/**
+ * No Python environment for the workers was found (code `PYTHON_ENV_MISSING`): `$POSTTRAIN_VENV` names a folder
+ * without an interpreter, or none of the places `resolvePython` looks in has one. The message lists them and says to
+ * run `npx posttrain setup`.
+ *
+ * ```ts
+ * try { resolvePython(); } catch (err) { if (err instanceof PythonEnvMissingError) console.error(err.searched); }
+ * ```
+ */
+export class PythonEnvMissingError extends PosttrainError {
+  /** The interpreter paths that were looked for, in order. */
+  readonly searched: readonly string[];
+
+  constructor(message: string, searched: readonly string[]) {
+    super("PYTHON_ENV_MISSING", message);
+    this.searched = searched;
+  }
+}
+
+/**
  * The Ray cluster cannot place the workers: it could never satisfy the placement (`PLACEMENT_INFEASIBLE`, reported
  * before waiting) or did not within `placementTimeoutMs` (`PLACEMENT_TIMEOUT`). The message names what was asked and
  * what the cluster has; `asked` and `available` hold the same facts as the driver reported them.

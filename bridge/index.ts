@@ -48,7 +48,7 @@ export {
   type RayWorkerSpec,
   type RayWorkersOptions,
 } from "./worker/ray.js";
-export { packageRoot, resolvePython } from "./worker/python.js";
+export { packageRoot, resolvePython, setupVenvDir, venvInterpreter, type PythonSearchContext } from "./worker/python.js";
 export {
   clientAuth,
   generatePoolKeys,

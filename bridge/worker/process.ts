@@ -130,16 +130,16 @@ export class WorkerProcess implements SupervisedWorker {
       child.once("error", (err) => {
         finish(
           new WorkerStartError(
-            `${options.name}: could not run ${options.python} (${err.message}); run \`npm run bootstrap\` ` +
-              "or set POSTTRAIN_PYTHON to a Python with posttrain_worker installed",
+            `${options.name}: could not run ${options.python} (${err.message}); run \`npx posttrain setup\` ` +
+              "(`npm run bootstrap` in a checkout) or set POSTTRAIN_PYTHON to a Python with posttrain_worker installed",
           ),
         );
       });
       void exited.then(({ exitCode, signal }) => {
         const how = signal !== null ? `was killed by ${signal}` : `exited with code ${String(exitCode)}`;
         const missing = tail.text().includes("No module named posttrain_worker")
-          ? ` (${options.python} has no posttrain_worker: run \`npm run bootstrap\` in a posttrain checkout, or ` +
-            "`pip install <the posttrain package folder>` into a Python and set POSTTRAIN_PYTHON to it)"
+          ? ` (${options.python} has no posttrain_worker: run \`npx posttrain setup\` in your project ` +
+            "(`npm run bootstrap` in a posttrain checkout), or set POSTTRAIN_PYTHON to a Python that has it)"
           : "";
         finish(new WorkerStartError(`${options.name}: ${how} before it was ready${missing}`, tail.text()));
       });

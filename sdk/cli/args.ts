@@ -22,9 +22,19 @@ export const EXIT = {
 /**
  * Error codes of config mistakes (exit 2): a bad config file or field (`INVALID_CONFIG`, `INVALID_ARGUMENT`), a run
  * directory that cannot be used as asked (`RUN_DIRECTORY`), a resume whose config differs (`RUN_CONFIG_MISMATCH`), a
- * resume with no checkpoint (`NO_CHECKPOINT`).
+ * resume with no checkpoint (`NO_CHECKPOINT`), a config that asks for what this environment lacks (a tracker or
+ * `datasets` not installed, a Hub dataset not in the offline cache).
  */
-export const CONFIG_ERROR_CODES: ReadonlySet<string> = new Set(["INVALID_CONFIG", "INVALID_ARGUMENT", "RUN_DIRECTORY", "RUN_CONFIG_MISMATCH", "NO_CHECKPOINT"]);
+export const CONFIG_ERROR_CODES: ReadonlySet<string> = new Set([
+  "INVALID_CONFIG",
+  "INVALID_ARGUMENT",
+  "RUN_DIRECTORY",
+  "RUN_CONFIG_MISMATCH",
+  "NO_CHECKPOINT",
+  "TRACKER_UNAVAILABLE",
+  "DATASETS_NOT_INSTALLED",
+  "DATASET_NOT_CACHED",
+]);
 
 /** The exit code of a run stopped by `signal`. */
 export function signalExitCode(signal: "SIGINT" | "SIGTERM"): number {

@@ -13,9 +13,10 @@ import { grpoCommand } from "./commands/grpo.js";
 import { infoCommand } from "./commands/info.js";
 import { makeTinyModelCommand } from "./commands/make-tiny-model.js";
 import { reportCommand } from "./commands/report.js";
+import { setupCommand } from "./commands/setup.js";
 import { sftCommand } from "./commands/sft.js";
 
-const COMMANDS: readonly Command[] = [grpoCommand, sftCommand, reportCommand, makeTinyModelCommand, infoCommand];
+const COMMANDS: readonly Command[] = [setupCommand, grpoCommand, sftCommand, reportCommand, makeTinyModelCommand, infoCommand];
 
 function usage(): string {
   const width = Math.max(...COMMANDS.map((c) => c.name.length)) + 2;

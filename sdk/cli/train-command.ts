@@ -46,6 +46,8 @@ export const TRAINING_OPTIONS_HELP = `Options:
                       reads the run's own config.yaml).
   --run-dir DIR       Overrides runDir.
   --steps N           Overrides steps: the step the run ends at (with --resume: the new end).
+  --loggers LIST      Overrides loggers: where the metrics go besides metrics.jsonl (always written),
+                      comma-separated: tensorboard, wandb, mlflow, trackio (jsonl alone: none).
   --set FIELD=VALUE   Overrides any field, e.g. --set optimizer.lr=3e-4 or --set loss.clipEpsilon=[0.2,0.28]
                       (VALUE is read as YAML; repeatable).
   --resume            Continue the run in runDir from its latest checkpoint: metrics.jsonl and the
@@ -67,6 +69,8 @@ interface Flags {
   readonly configPath: string | undefined;
   readonly runDir: string | undefined;
   readonly steps: number | undefined;
+  /** `--loggers a,b`: the names, unchecked (the config schema checks them). */
+  readonly loggers: readonly string[] | undefined;
   readonly sets: readonly string[];
   readonly resume: boolean;
 }
@@ -76,15 +80,18 @@ function readFlags(name: string, args: readonly string[]): Flags | "help" {
     config: { type: "string" },
     "run-dir": { type: "string" },
     steps: { type: "string" },
+    loggers: { type: "string" },
     set: { type: "string", multiple: true },
     resume: { type: "boolean" },
   });
   if (help) return "help";
   const steps = stringFlag(values, "steps");
+  const loggers = stringFlag(values, "loggers");
   const flags: Flags = {
     configPath: stringFlag(values, "config"),
     runDir: stringFlag(values, "run-dir"),
     steps: steps === undefined ? undefined : integerFlag(name, "steps", steps, 1),
+    loggers: loggers === undefined ? undefined : loggerList(name, loggers),
     sets: stringList(values, "set"),
     resume: values.resume === true,
   };
@@ -94,7 +101,14 @@ function readFlags(name: string, args: readonly string[]): Flags | "help" {
   return flags;
 }
 
-/** The run config: the file (or the run's saved `config.yaml`), then `--set`, `--steps` and `--run-dir`. */
+/** The names of `--loggers a,b` (a `UsageError` for an empty one). */
+function loggerList(command: string, text: string): string[] {
+  const names = text.split(",").map((n) => n.trim());
+  if (names.some((n) => n === "")) throw new UsageError(`--loggers: expected comma-separated names (e.g. tensorboard,wandb), got ${JSON.stringify(text)}`, command);
+  return names;
+}
+
+/** The run config: the file (or the run's saved `config.yaml`), then `--set`, `--steps`, `--loggers` and `--run-dir`. */
 async function loadConfig(flags: Flags): Promise<{ config: Record<string, unknown>; source: string }> {
   const source = flags.configPath ?? join(flags.runDir ?? ".", "config.yaml");
   let config = await readConfigFile(source);
@@ -103,6 +117,7 @@ async function loadConfig(flags: Flags): Promise<{ config: Record<string, unknow
     config = setField(config, path, value);
   }
   if (flags.steps !== undefined) config = setField(config, "steps", flags.steps);
+  if (flags.loggers !== undefined) config = setField(config, "loggers", flags.loggers);
   if (flags.runDir !== undefined) config = setField(config, "runDir", flags.runDir);
   return { config, source };
 }

@@ -6,7 +6,13 @@ import { z } from "zod";
 import type { TensorDict } from "../tensordict/index.js";
 import { parseOptions } from "../core/index.js";
 import { ChatEnv, ChatEnvOptionsSchema, type ChatEnvOptions } from "./chat-env.js";
-import { DataLoadingPrimer, DataLoadingPrimerOptionsSchema, type DataLoadingPrimerOptions, type DataPosition } from "./data/primer.js";
+import {
+  DataLoadingPrimer,
+  DataLoadingPrimerOptionsSchema,
+  type DataLoadingPrimerOptions,
+  type DataPosition,
+  type PrepareColumns,
+} from "./data/primer.js";
 import type { DatasetColumns } from "./data/fields.js";
 import type { EnvCallOptions } from "./env-base.js";
 import { DatasetFieldError, InvalidArgumentError } from "./errors.js";
@@ -52,7 +58,8 @@ export class DatasetChatEnv extends TransformedEnv {
   /** The chat env underneath (the base env). */
   readonly chatEnv: ChatEnv;
 
-  constructor(options: DatasetChatEnvOptions, extraTransforms: readonly Transform[] = []) {
+  /** `prepare` (for task envs) picks the dataset rows to use once they are loaded (see `DataLoadingPrimer`). */
+  constructor(options: DatasetChatEnvOptions, extraTransforms: readonly Transform[] = [], prepare?: PrepareColumns) {
     const parsed = parseOptions(DatasetChatEnvOptionsSchema, options, "DatasetChatEnv options");
     const { dataset, rewards, rewardOptions, ...chat } = parsed;
     const fields = dataset.fields;
@@ -64,7 +71,7 @@ export class DatasetChatEnv extends TransformedEnv {
     if (rewards === undefined && rewardOptions !== undefined) {
       throw new InvalidArgumentError("DatasetChatEnv options.rewardOptions: given without rewards");
     }
-    const primer = new DataLoadingPrimer(dataset);
+    const primer = new DataLoadingPrimer(dataset, prepare);
     const transforms: Transform[] = [primer];
     const rewardTransform = rewards === undefined ? undefined : new RewardTransform({ ...rewardOptions, rewards });
     if (rewardTransform !== undefined) transforms.push(rewardTransform);

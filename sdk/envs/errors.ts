@@ -6,14 +6,61 @@ import { InvalidArgumentError, PosttrainError } from "../core/errors.js";
 
 export { InvalidArgumentError, PosttrainError };
 
-/** A dataset file that does not exist or cannot be read. Code `DATASET_NOT_FOUND`. */
+/**
+ * A dataset file that does not exist or cannot be read; for a Hub dataset or a `save_to_disk` copy, no such id,
+ * directory, config or split (`field` says which). Code `DATASET_NOT_FOUND`.
+ */
 export class DatasetNotFoundError extends PosttrainError {
-  /** The path as given. */
+  /** The path as given (for a Hub dataset, its id with config and split). */
   readonly file: string;
+  /** The option that names what is missing (`"hub"`, `"disk"`, `"config"`, `"split"`), when it is one. */
+  readonly field: string | undefined;
 
-  constructor(file: string, reason: string, options?: { cause?: unknown }) {
+  constructor(file: string, reason: string, options?: { cause?: unknown; field?: string }) {
     super("DATASET_NOT_FOUND", `dataset ${JSON.stringify(file)}: ${reason}`, options);
     this.file = file;
+    this.field = options?.field;
+  }
+}
+
+/**
+ * A Hub dataset that cannot be fetched (offline: `HF_HUB_OFFLINE=1` / `HF_DATASETS_OFFLINE=1`, or the hub
+ * unreachable) and whose config is not in the `datasets` cache. Code `DATASET_NOT_CACHED`; the message names the
+ * id, config, split and cache directory, and says how to fill the cache (or to use a `save_to_disk` copy).
+ */
+export class DatasetNotCachedError extends PosttrainError {
+  /** The Hub id. */
+  readonly hub: string;
+  /** The config asked for (undefined: the default one). */
+  readonly config: string | undefined;
+  /** The split asked for. */
+  readonly split: string | undefined;
+  /** The `datasets` cache that was searched. */
+  readonly cacheDir: string | undefined;
+
+  constructor(source: { hub: string; config?: string | undefined; split?: string | undefined; cacheDir?: string | undefined }, message: string) {
+    super("DATASET_NOT_CACHED", message);
+    this.hub = source.hub;
+    this.config = source.config;
+    this.split = source.split;
+    this.cacheDir = source.cacheDir;
+  }
+}
+
+/**
+ * The worker's Python cannot import the `datasets` library, which loads Hub datasets and `save_to_disk` copies.
+ * Code `DATASETS_NOT_INSTALLED`; install the `datasets` extra (`npx posttrain setup --extras datasets`; in a checkout
+ * of posttrain, `.venv/bin/pip install -e '.[datasets]'`).
+ */
+export class DatasetsNotInstalledError extends PosttrainError {
+  /** The Python interpreter that lacks it. */
+  readonly python: string;
+  /** The extra of the worker package that installs it. */
+  readonly extra = "datasets";
+
+  constructor(python: string, message: string) {
+    super("DATASETS_NOT_INSTALLED", message);
+    this.python = python;
   }
 }
 

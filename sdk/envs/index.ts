@@ -9,7 +9,9 @@ export {
   DatasetExhaustedError,
   DatasetFieldError,
   DatasetFormatError,
+  DatasetNotCachedError,
   DatasetNotFoundError,
+  DatasetsNotInstalledError,
   EnvStateError,
   RewardError,
 } from "./errors.js";
@@ -38,6 +40,7 @@ export {
   DataPositionSchema,
   type DataLoadingPrimerOptions,
   type DataPosition,
+  type PrepareColumns,
 } from "./data/primer.js";
 export {
   GeneratorPrimer,
@@ -48,6 +51,7 @@ export {
 } from "./data/primer-base.js";
 export { FieldSpecSchema, FieldsSchema, type DatasetColumns, type FieldKind, type FieldSpec, type Fields } from "./data/fields.js";
 export { DATASET_EXTENSIONS, readDatasetFile, type DatasetFile } from "./data/read.js";
+export { readHubDataset, type HubDatasetSource } from "./data/hub.js";
 export type { DatasetRow } from "./data/plain.js";
 export { seededPermutation } from "./data/shuffle.js";
 export {

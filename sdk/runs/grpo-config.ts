@@ -15,6 +15,7 @@ import {
 } from "./config-blocks.js";
 import { checkClusterConfig, ClusterConfigSchema } from "./cluster-config.js";
 import { TaskConfigSchema } from "./task-config.js";
+import { LoggersSchema, TrackingConfigSchema } from "./trackers/config.js";
 
 /**
  * The loss: `variant` (default `"grpo"`) and that loss class's fields (`clipEpsilon`, `entropyCoeff`,
@@ -176,6 +177,10 @@ export const GRPOTrainerConfigSchema = z
     /** Restarts after a worker failure (default `{ maxRestarts: 3, backoffMs: 1000 }`). */
     supervision: SupervisionConfigSchema.prefault({}),
     log: LogConfigSchema.prefault({}),
+    /** Where the metrics go besides `metrics.jsonl` (always written): default `["jsonl"]` (docs/trackers.md). */
+    loggers: LoggersSchema,
+    /** The tracker runs' project, name and folder (docs/trackers.md). */
+    tracking: TrackingConfigSchema.prefault({}),
     workers: WorkersConfigSchema.prefault({}),
     /** Where the workers run: `{ type: "local" }` (default) or `{ type: "ray", ... }` (docs/scaling.md, "Placement on Ray"). */
     cluster: ClusterConfigSchema.prefault({ type: "local" }),

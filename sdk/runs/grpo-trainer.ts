@@ -41,6 +41,8 @@ import type { EvalRecord } from "./records.js";
 import { restoreCheckpoint } from "./restore.js";
 import { RunBase } from "./run-base.js";
 import { RunDirectory } from "./run-directory.js";
+import type { RunTrackers } from "./trackers/run-trackers.js";
+import { startRunTrackers } from "./trackers/start.js";
 import type { StepOutcome } from "./run-loop.js";
 import {
   createPolicyTrainer,
@@ -78,7 +80,7 @@ export type GRPOTrainerOptions = RunOptions & {
 };
 
 /** Top-level config fields a resumed run may change. */
-const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "log", "cluster", "runDir"] as const;
+const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "log", "loggers", "tracking", "cluster", "runDir"] as const;
 
 /** The generator model's name next to the policy (colocated layout). */
 const GENERATOR_MODEL = "generator";
@@ -101,6 +103,8 @@ interface Setup {
   readonly log: (line: string) => void;
   /** The workers the run starts itself (unless `options.pool`), across restarts. */
   readonly workers: RunWorkers;
+  /** The experiment trackers of `loggers` (undefined: `metrics.jsonl` only). */
+  readonly trackers: RunTrackers | undefined;
 }
 
 interface Parts {
@@ -329,6 +333,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     super({
       ...parts,
       runWorkers: parts.setup.workers,
+      trackers: parts.setup.trackers,
       name: "GRPOTrainer",
       evalLine: (e) => ({ eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd }),
       userLog: o.log,
@@ -481,10 +486,15 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     const resumable = await runDir.prepare(o.resume);
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS, GRPOTrainerConfigSchema);
     await runDir.writeConfig(c);
-    const setup: Setup = { config: c, options: o, runDir, totalSteps, log: logger(o.log), workers: runWorkers(c.cluster, poolOptionsOf(options)) };
+    const trackers = await startRunTrackers(c, runDir, resumable, o.log);
+    const workers = runWorkers(c.cluster, poolOptionsOf(options));
+    const setup: Setup = { config: c, options: o, runDir, totalSteps, log: logger(o.log), workers, trackers };
     try {
-      return new GRPOTrainer(await buildParts(setup, resumable ? "resume" : "fresh", { env: probe, evalEnv }));
+      const parts = await buildParts(setup, resumable ? "resume" : "fresh", { env: probe, evalEnv });
+      await trackers?.open(parts.startStep);
+      return new GRPOTrainer(parts);
     } catch (err) {
+      await trackers?.close();
       await setup.workers.close();
       throw err;
     }

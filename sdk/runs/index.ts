@@ -15,4 +15,6 @@ export type { TrainingRun } from "./run-base.js";
 export type { RunOptions } from "./setup.js";
 export { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput } from "./sft-config.js";
 export { SFTTrainer, SFTTrainerOptionsSchema, type SFTTrainerOptions } from "./sft-trainer.js";
+export { LOGGER_NAMES, TrackingConfigSchema, type LoggerName, type TrackingConfig } from "./trackers/config.js";
+export { TrackerError, TrackerUnavailableError } from "./trackers/errors.js";
 export { TASK_TYPES, TaskConfigSchema, type TaskConfig, type TaskConfigInput, type TaskType } from "./task-config.js";

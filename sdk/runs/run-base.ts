@@ -8,7 +8,7 @@ import type { WorkerPool } from "../workers/pool.js";
 import { TrainerClosedError } from "./errors.js";
 import type { EvalRecord, StepRecord, TrainSummary } from "./records.js";
 import type { RunDirectory } from "./run-directory.js";
-import { RunLoop, type StepOutcome } from "./run-loop.js";
+import { RunLoop, type RunRecordSink, type StepOutcome } from "./run-loop.js";
 import type { ReleaseReason, RunWorkers } from "./run-workers.js";
 import { Supervisor, type RoleWorker, type SupervisionSettings } from "./supervisor.js";
 
@@ -79,6 +79,8 @@ export interface RunBaseParts<C extends RunLoopConfig> {
   readonly workers: () => readonly RoleWorker[];
   /** The workers the run starts itself (local or on Ray): released with each build's parts, stopped by `close()`. */
   readonly runWorkers: RunWorkers;
+  /** The run's experiment trackers (`loggers`), open; flushed when `run()` ends, closed by `close()`. */
+  readonly trackers?: RunRecordSink | undefined;
 }
 
 /**
@@ -98,6 +100,7 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   /** Aborted by the run's signal or `stop()`/`close()`: a restart in progress then ends the run instead. */
   readonly #stopping = new AbortController();
   readonly #runWorkers: RunWorkers;
+  readonly #trackers: RunRecordSink | undefined;
   /** The run's signal and its own stopping, together. */
   readonly #stopSignal: AbortSignal;
   #trainer: Trainer;
@@ -112,6 +115,7 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
     this.#trainer = parts.trainer;
     this.#name = parts.name;
     this.#runWorkers = parts.runWorkers;
+    this.#trackers = parts.trackers;
     this.#stopSignal = parts.signal === undefined ? this.#stopping.signal : AbortSignal.any([parts.signal, this.#stopping.signal]);
     this.#supervisor = new Supervisor({
       name: parts.name,
@@ -135,6 +139,7 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
       checkpoint: parts.config.checkpoint,
       log: parts.log,
       signal: parts.signal,
+      sink: parts.trackers,
       trainStep: async (step) => {
         const outcome = await this.trainStep(step);
         this.#supervisor.stepDone();
@@ -230,6 +235,7 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
       await this.#closeParts("close");
     } finally {
       await this.#runWorkers.close();
+      await this.#trackers?.close();
     }
   }
 

@@ -16,6 +16,17 @@ export interface StepOutcome {
   readonly samples: readonly SampleRecord[];
 }
 
+/**
+ * Where the loop hands each record after `metrics.jsonl` has it (the run's experiment trackers, `RunTrackers`):
+ * `record` must not throw nor wait; `flush` is awaited when `run()` ends (a sink bounds its own wait and never
+ * rejects), so that a second `run()` keeps logging to the same sink; `close` ends it, from the run's `close()`.
+ */
+export interface RunRecordSink {
+  record(record: StepRecord, samples: readonly SampleRecord[]): void;
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}
+
 /** What the loop needs from a trainer. */
 export interface RunLoopOptions {
   /** `"GRPOTrainer"` or `"SFTTrainer"` (in messages). */
@@ -32,6 +43,8 @@ export interface RunLoopOptions {
   readonly now?: () => number;
   readonly log: (line: string) => void;
   readonly signal: AbortSignal | undefined;
+  /** Also gets each record and its samples, once they are written (default none). */
+  readonly sink?: RunRecordSink | undefined;
   /** Takes step number `step` (1-based). */
   trainStep(step: number): Promise<StepOutcome>;
   /** A held-out evaluation after `step` steps. */
@@ -122,6 +135,7 @@ export class RunLoop {
             const evaluation = await o.evaluate(0);
             await o.runDir.appendMetrics({ step: 0, ...o.evalLine(evaluation) });
             await o.runDir.appendSamples(evaluation.samples);
+            o.sink?.record({ step: 0, ...o.evalLine(evaluation) }, evaluation.samples);
             this.#firstEval = evaluation;
             this.#lastEval = evaluation;
             o.log(`${o.name} before training: ${formatStepLine({ step: 0, ...o.evalLine(evaluation) }, o.totalSteps)}`);
@@ -141,6 +155,7 @@ export class RunLoop {
             }
             await o.runDir.appendMetrics(record);
             await o.runDir.appendSamples(samples);
+            o.sink?.record(record, samples);
             o.log(formatStepLine(record, o.totalSteps));
             if (this.#checkpointDue(step)) await this.#checkpoint();
             this.#suspended = true;
@@ -172,6 +187,7 @@ export class RunLoop {
         if (!failed) await this.#checkpoint();
         await this.#writeReport();
       } finally {
+        await o.sink?.flush(); // the trackers have every step once `run()` (so `train()`) returns
         this.#running = false;
         finished();
       }

@@ -8,6 +8,7 @@ import { DigitSortOptionsSchema } from "../envs/tasks/digit-sort.js";
 import { SFTLossOptionsSchema } from "../objectives/index.js";
 import { CheckpointConfigSchema, checkLength, ModelConfigSchema, RunOptimizerSchema, RunScheduleSchema, SupervisionConfigSchema } from "./config-blocks.js";
 import { checkClusterConfig, ClusterConfigSchema } from "./cluster-config.js";
+import { LoggersSchema, TrackingConfigSchema } from "./trackers/config.js";
 
 const Files = z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]);
 
@@ -86,6 +87,10 @@ export const SFTTrainerConfigSchema = z
     checkpoint: CheckpointConfigSchema.prefault({}),
     /** Restarts after a worker failure (default `{ maxRestarts: 3, backoffMs: 1000 }`). */
     supervision: SupervisionConfigSchema.prefault({}),
+    /** Where the metrics go besides `metrics.jsonl` (always written): default `["jsonl"]` (docs/trackers.md). */
+    loggers: LoggersSchema,
+    /** The tracker runs' project, name and folder (docs/trackers.md). */
+    tracking: TrackingConfigSchema.prefault({}),
     /** Where the workers run: `{ type: "local" }` (default) or `{ type: "ray", ... }` (docs/scaling.md, "Placement on Ray"). */
     cluster: ClusterConfigSchema.prefault({ type: "local" }),
     /** Seeds the data order and the tiny model (default 0). */

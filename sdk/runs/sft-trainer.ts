@@ -23,6 +23,8 @@ import { createPolicyTrainer, loadPolicy, logger, modelPath, openPool, POLICY_MO
 import { runWorkers, type RunWorkers } from "./run-workers.js";
 import { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput, type SFTDataConfigSchema } from "./sft-config.js";
 import { loadConversations, renderConversations, SFTBatches, type SFTPosition } from "./sft-data.js";
+import type { RunTrackers } from "./trackers/run-trackers.js";
+import { startRunTrackers } from "./trackers/start.js";
 
 /** Options of {@link SFTTrainer.create} besides the config. */
 export const SFTTrainerOptionsSchema = RunOptionsSchema;
@@ -30,7 +32,7 @@ export const SFTTrainerOptionsSchema = RunOptionsSchema;
 /** Options of {@link SFTTrainer.create} besides the config (input form). */
 export type SFTTrainerOptions = RunOptions;
 
-const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "cluster", "runDir"] as const;
+const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "loggers", "tracking", "cluster", "runDir"] as const;
 
 type SftData = z.output<typeof SFTDataConfigSchema>;
 
@@ -42,6 +44,8 @@ interface Setup {
   readonly log: (line: string) => void;
   /** The worker the run starts itself (unless `options.pool`), across restarts. */
   readonly workers: RunWorkers;
+  /** The experiment trackers of `loggers` (undefined: `metrics.jsonl` only). */
+  readonly trackers: RunTrackers | undefined;
 }
 
 interface Parts {
@@ -146,6 +150,7 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     super({
       ...parts,
       runWorkers: parts.setup.workers,
+      trackers: parts.setup.trackers,
       name: "SFTTrainer",
       evalLine: (e) => ({ eval_loss: e.loss, ...(e.rewardMean !== null ? { eval_reward_mean: e.rewardMean, eval_reward_std: e.rewardStd } : {}) }),
       userLog: parts.setup.options.log,
@@ -176,10 +181,14 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
     const resumable = await runDir.prepare(o.resume);
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS, SFTTrainerConfigSchema);
     await runDir.writeConfig(c);
-    const setup: Setup = { config: c, options: o, runDir, log: logger(o.log), workers: runWorkers(c.cluster, poolOptionsOf(options)) };
+    const trackers = await startRunTrackers(c, runDir, resumable, o.log);
+    const setup: Setup = { config: c, options: o, runDir, log: logger(o.log), workers: runWorkers(c.cluster, poolOptionsOf(options)), trackers };
     try {
-      return new SFTTrainer(await buildParts(setup, resumable ? "resume" : "fresh"));
+      const parts = await buildParts(setup, resumable ? "resume" : "fresh");
+      await trackers?.open(parts.startStep);
+      return new SFTTrainer(parts);
     } catch (err) {
+      await trackers?.close();
       await setup.workers.close();
       throw err;
     }

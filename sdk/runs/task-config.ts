@@ -1,18 +1,21 @@
 /**
  * The `task` block of a GRPO run config: which environment the prompts and rewards come from, by `type`
  * (`"digit-sort"`, `"countdown"`, `"gsm8k"`, `"math"`, `"ifeval"`, `"dataset"`). Built into an env by
- * `createTaskEnv` (task-env.ts).
+ * `createTaskEnv` (task-env.ts). Dataset-backed tasks read local `files`, a Hub dataset (`hub`, with `config`,
+ * `split`, `revision`, `streaming`, `limit`) or a `save_to_disk` copy (`disk`).
  */
 import { z } from "zod";
 import { FieldsSchema } from "../envs/data/fields.js";
+import { DatasetSourceFields, datasetSourceProblem } from "../envs/data/source.js";
 import { DigitSortOptionsSchema } from "../envs/tasks/digit-sort.js";
 
 const Files = z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]);
 
-/** Fields every file-backed task has. */
+/** Fields every dataset-backed task has: one source (`files`, `hub` or `disk`), the field mapping and the order. */
 const fileTask = {
-  /** Dataset files (`.jsonl`, `.parquet`, `.arrow`), read in order as one dataset. */
-  files: Files,
+  /** Dataset files (`.jsonl`, `.parquet`, `.arrow`), read in order as one dataset. One of `files`, `hub`, `disk`. */
+  files: Files.optional(),
+  ...DatasetSourceFields,
   /** TensorDict key → column (default: the task's own columns). */
   fields: FieldsSchema.optional(),
   /** Shuffle the rows of each epoch (default true). */
@@ -71,15 +74,17 @@ export const DatasetTaskSchema = z.strictObject({
   reward: z.enum(["exact-match"]).optional(),
 });
 
-/** The `task` (and `evalTask`) block of a GRPO run config, by `type`. */
-export const TaskConfigSchema = z.discriminatedUnion("type", [
-  DigitSortTaskSchema,
-  CountdownTaskSchema,
-  GSM8KTaskSchema,
-  MathTaskSchema,
-  IFEvalTaskSchema,
-  DatasetTaskSchema,
-]);
+/**
+ * The `task` (and `evalTask`) block of a GRPO run config, by `type`. A dataset-backed task names exactly one of
+ * `files`, `hub` and `disk`, with only the options that source takes (an issue on the field otherwise).
+ */
+export const TaskConfigSchema = z
+  .discriminatedUnion("type", [DigitSortTaskSchema, CountdownTaskSchema, GSM8KTaskSchema, MathTaskSchema, IFEvalTaskSchema, DatasetTaskSchema])
+  .superRefine((task, ctx) => {
+    if (task.type === "digit-sort" || task.type === "countdown") return;
+    const problem = datasetSourceProblem(task);
+    if (problem !== undefined) ctx.addIssue({ code: "custom", path: [problem.field], message: problem.message });
+  });
 
 /** The task block (input form). */
 export type TaskConfigInput = z.input<typeof TaskConfigSchema>;

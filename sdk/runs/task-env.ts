@@ -4,7 +4,7 @@
  */
 import { InvalidArgumentError } from "../core/errors.js";
 import type { JSONValue } from "../data/index.js";
-import { DataPositionSchema, type DataPosition } from "../envs/data/primer.js";
+import { DataPositionSchema, type DataLoadingPrimerOptions, type DataPosition } from "../envs/data/primer.js";
 import { DatasetChatEnv } from "../envs/dataset-chat-env.js";
 import type { EnvBase } from "../envs/env-base.js";
 import type { RewardSpec } from "../envs/rewards.js";
@@ -46,6 +46,9 @@ export interface TaskEnvOptions {
   readonly where: string;
 }
 
+/** Where a dataset-backed task's rows come from (see `DataLoadingPrimer`). */
+const SOURCE_KEYS = ["files", "hub", "disk", "config", "split", "revision", "streaming", "limit"] as const;
+
 /** An offset added to the run's seed for held-out streams of procedural tasks that have no held-out split. */
 const EVAL_SEED_OFFSET = 1_000_003;
 
@@ -81,6 +84,13 @@ function datasetTaskEnv(env: DatasetChatEnv): TaskEnv {
     epochSize: async () => (await env.load()).size,
     restart: () => void env.resetDataloader(),
   };
+}
+
+/** The source options of a dataset-backed task that are set (the primer's strict options take no `undefined`). */
+function datasetSource(task: Extract<TaskConfig, { files?: unknown }>): Pick<DataLoadingPrimerOptions, (typeof SOURCE_KEYS)[number]> {
+  const source: Partial<Record<(typeof SOURCE_KEYS)[number], unknown>> = {};
+  for (const key of SOURCE_KEYS) if (task[key] !== undefined) source[key] = task[key];
+  return source as Pick<DataLoadingPrimerOptions, (typeof SOURCE_KEYS)[number]>;
 }
 
 /** The exact-match reward of the `"dataset"` task: 1 when the response (trimmed, eos stripped) equals `answer`. */
@@ -127,7 +137,7 @@ export function createTaskEnv(task: TaskConfig, options: TaskEnvOptions): TaskEn
     case "dataset": {
       const position = datasetPosition(options.position, where);
       const dataset = {
-        files: task.files,
+        ...datasetSource(task),
         ...(task.fields !== undefined ? { fields: task.fields } : {}),
         repeats,
         shuffle: eval_ ? false : task.shuffle,

@@ -31,11 +31,13 @@ LAYERS: tuple[tuple[int, str, str], ...] = (
     (4, "server", "rpc"),  # sockets, the receive loop, the method registry
     (3, "models", "rl"),  # model store, generation, scoring, chat templates, prompts, the tiny model
     (3, "objectives", "rl"),  # the losses
+    (3, "data", "rl"),  # datasets by Hub id or save_to_disk copy, as Arrow for the TS loaders (python -m)
     (4, "training", "rl"),  # trainer, optimizers, checkpoints, what a weight sync moves
     (5, "transfer", "rl"),  # weights between workers: ZeroMQ pair, torch.distributed
     (6, "methods", "top"),  # the RPC glue: registers the RL code's entry points as worker methods
     (7, "cli", "top"),
     (7, "placement", "top"),  # the Ray driver and actor: programs of their own that start workers
+    (7, "tracking", "top"),  # the experiment-tracker logger: a program of its own, one per run
     (8, "__main__", "top"),
 )
 LAYER = {package: layer for layer, package, _ in LAYERS}

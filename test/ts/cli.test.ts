@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const CLI = join(ROOT, "sdk", "cli", "main.ts");
-const COMMANDS = ["grpo", "sft", "report", "make-tiny-model", "info"] as const;
+const COMMANDS = ["setup", "grpo", "sft", "report", "make-tiny-model", "info"] as const;
 
 interface Run {
   readonly code: number | null;
@@ -64,6 +64,13 @@ describe("posttrain CLI: help and usage", () => {
     expect(run.stderr).toBe("");
     const short = await posttrain(name, "-h");
     expect(short.stdout).toBe(run.stdout);
+  });
+
+  it("setup refuses an unknown extra with exit 2, naming the extras there are", async () => {
+    const run = await posttrain("setup", "--venv", join(dir, "never-made"), "--extras", "math,nonsense");
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/^posttrain setup: extras: expected some of .*\bmath\b.*, got "nonsense"/);
+    expect(existsSync(join(dir, "never-made"))).toBe(false);
   });
 
   it("the training commands' help names their flags, Ctrl-C and the exit codes", async () => {

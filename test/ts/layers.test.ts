@@ -14,6 +14,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["bridge/wire", "bridge/transport"],
   ["bridge/protocol"],
   ["bridge/worker", "bridge/deprecated"],
+  ["bridge/setup"],
   ["bridge/index.ts"],
   ["sdk/core"],
   ["sdk/tensordict"],

@@ -203,7 +203,12 @@ describe("IFEvalEnv", () => {
     await writeFile(file, rows.map((r) => JSON.stringify(r)).join("\n"));
     await expect(new IFEvalEnv({ dataset: { files: file } }).reset()).rejects.toMatchObject({ code: "DATASET_FIELD", row: 1, field: "kwargs" });
     await writeFile(file, JSON.stringify({ prompt: "x", instruction_id_list: ["language:response_language"], kwargs: [{ language: "de" }] }));
-    await expect(new IFEvalEnv({ dataset: { files: file } }).reset()).rejects.toMatchObject({ code: "DATASET_FIELD", row: 0, field: "instruction_id_list" });
+    // Unimplemented instructions are skipped by default (test/ts/hub-dataset.test.ts); "error" rejects them.
+    await expect(new IFEvalEnv({ dataset: { files: file }, unsupportedInstructions: "error" }).reset()).rejects.toMatchObject({
+      code: "DATASET_FIELD",
+      row: 0,
+      field: "instruction_id_list",
+    });
   });
 
   it("loads every fixture row", async () => {

@@ -129,6 +129,26 @@ describe("openMathVerifier", () => {
     expect(v.fallbackReason).toContain("/nonexistent/python3");
   });
 
+  it("auto warns once per reason that it fell back; a required math-verify names the extra to install", async () => {
+    const warnings: Error[] = [];
+    const onWarning = (w: Error): void => {
+      if (w.name === "PosttrainMathVerifyWarning" && w.message.includes("warn-once")) warnings.push(w);
+    };
+    process.on("warning", onWarning);
+    try {
+      const python = "/nonexistent/warn-once/python3";
+      for (let i = 0; i < 3; i++) await (await openMathVerifier({ python })).close();
+      await new Promise((r) => setImmediate(r)); // process warnings are emitted on the next tick
+      expect(warnings.map((w) => w.message)).toHaveLength(1);
+      expect(warnings[0]!.message).toMatch(/warn-once.*compared as normalised strings.*--extras math/);
+    } finally {
+      process.off("warning", onWarning);
+    }
+    await expect(openMathVerifier({ backend: "math-verify", python: "/nonexistent/python3" })).rejects.toThrow(
+      /math-verify is not available with \/nonexistent\/python3: .*`npx posttrain setup --extras math`/,
+    );
+  });
+
   it.skipIf(!available)("math-verify decides symbolic equivalence through pythonia", async () => {
     await using v = await openMathVerifier({ backend: "math-verify" });
     expect(v.backend).toBe("math-verify");

@@ -156,6 +156,13 @@ export function buildColumns(files: readonly DatasetFile[], fields: z.output<typ
   return { keys: specs.map((s) => s.key), kinds, values, size: sources.length, sources };
 }
 
+/** The dataset rows `keep` (indices into `columns`, in that order) as a dataset of their own, sources kept. */
+export function keepRows(columns: DatasetColumns, keep: readonly number[]): DatasetColumns {
+  const values = new Map<string, readonly unknown[]>();
+  for (const [key, all] of columns.values) values.set(key, keep.map((i) => all[i]));
+  return { keys: columns.keys, kinds: columns.kinds, values, size: keep.length, sources: keep.map((i) => columns.sources[i]!) };
+}
+
 /** The leaf of `key` for the dataset rows `indices`, shaped for `batchSize`. */
 export function columnLeaf(columns: DatasetColumns, key: string, indices: readonly number[], batchSize: readonly number[]): TensorDictValue {
   const kind = columns.kinds.get(key)!;

@@ -1,15 +1,18 @@
 /**
  * `DataLoadingPrimer`: TorchRL's transform that feeds dataset rows into an env at reset. It reads JSONL, Parquet
- * and Arrow files, repeats each sample `repeats` times in a row (GRPO groups), shuffles each epoch with a seed, and
- * can resume from a saved position.
+ * and Arrow files, or a Hub dataset / `save_to_disk` copy through the Python `datasets` library (hub.ts), repeats
+ * each sample `repeats` times in a row (GRPO groups), shuffles each epoch with a seed, and can resume from a saved
+ * position.
  */
 import { z } from "zod";
 import { TensorDict } from "../../tensordict/index.js";
 import { parseOptions } from "../../core/index.js";
-import { DatasetExhaustedError, InvalidArgumentError } from "../errors.js";
+import { DatasetExhaustedError, DatasetFormatError, InvalidArgumentError } from "../errors.js";
 import { buildColumns, columnLeaf, FieldsSchema, type DatasetColumns, type FieldKind } from "./fields.js";
 import { PrimerBase } from "./primer-base.js";
-import { readDatasetFile } from "./read.js";
+import { readHubDataset } from "./hub.js";
+import { DatasetSourceFields, datasetSourceProblem } from "./source.js";
+import { readDatasetFile, type DatasetFile } from "./read.js";
 import { seededPermutation } from "./shuffle.js";
 
 /** Where the primer is in its stream of samples: the epoch, and the samples already delivered in it. */
@@ -25,8 +28,11 @@ export type DataPosition = z.infer<typeof DataPositionSchema>;
 
 /** Options of {@link DataLoadingPrimer}. */
 export const DataLoadingPrimerOptionsSchema = z.strictObject({
-  /** Dataset files (`.jsonl`, `.parquet`, `.arrow` / `.feather`), read in order as one dataset. */
-  files: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]),
+  /** Dataset files (`.jsonl`, `.parquet`, `.arrow` / `.feather`), read in order as one dataset; or `hub` / `disk`. */
+  files: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]).optional(),
+  ...DatasetSourceFields,
+  /** The Python interpreter for `hub` / `disk` (default: the workers', `resolvePython()`). */
+  python: z.string().min(1).optional(),
   /**
    * TensorDict key → dataset column (or `{ column, kind, optional, default }`). Default: every column of the first
    * row under its own name, with kinds inferred from the data.
@@ -44,9 +50,25 @@ export const DataLoadingPrimerOptionsSchema = z.strictObject({
   position: DataPositionSchema.optional(),
 });
 
+/** A step on the loaded dataset (the converted columns, and the rows as read): the columns to use. */
+export type PrepareColumns = (columns: DatasetColumns, files: readonly DatasetFile[]) => DatasetColumns;
+
 /** Options of {@link DataLoadingPrimer}. */
 export type DataLoadingPrimerOptions = z.input<typeof DataLoadingPrimerOptionsSchema>;
 type Resolved = z.output<typeof DataLoadingPrimerOptionsSchema>;
+
+/** The first `limit` rows of `files`, in order. */
+function firstRows(files: readonly DatasetFile[], limit: number): DatasetFile[] {
+  const out: DatasetFile[] = [];
+  let left = limit;
+  for (const file of files) {
+    if (left === 0) break;
+    const rows = file.rows.slice(0, left);
+    out.push({ ...file, rows, ...(file.lines !== undefined ? { lines: file.lines.slice(0, left) } : {}) });
+    left -= rows.length;
+  }
+  return out;
+}
 
 /**
  * Loads dataset rows into the env at reset (TorchRL's `DataLoadingPrimer`), before the base env's reset: each reset
@@ -67,23 +89,43 @@ export class DataLoadingPrimer extends PrimerBase {
   #index: number;
   #order: { epoch: number; order: Int32Array } | undefined;
 
-  constructor(options: DataLoadingPrimerOptions) {
+  readonly #prepare: PrepareColumns | undefined;
+
+  /**
+   * `prepare` (for task envs) runs once on the loaded dataset, before the stream starts, and returns the rows to
+   * use: IFEvalEnv drops the rows whose instructions it cannot check.
+   */
+  constructor(options: DataLoadingPrimerOptions, prepare?: PrepareColumns) {
     super();
+    this.#prepare = prepare;
     this.config = parseOptions(DataLoadingPrimerOptionsSchema, options, "DataLoadingPrimer options");
-    this.#files = typeof this.config.files === "string" ? [this.config.files] : this.config.files;
+    const problem = datasetSourceProblem(this.config);
+    if (problem !== undefined) throw new InvalidArgumentError(`DataLoadingPrimer options.${problem.field}: ${problem.message}`);
+    const files = this.config.files;
+    this.#files = files === undefined ? [] : typeof files === "string" ? [files] : files;
     this.#epoch = this.config.position?.epoch ?? 0;
     this.#index = this.config.position?.index ?? 0;
   }
 
   /**
-   * Reads and checks every file (once; later calls return the same result). Throws DATASET_NOT_FOUND,
-   * DATASET_FORMAT, or DATASET_FIELD naming the file, row and field. Called by the first reset if not before.
+   * Reads and checks every file, or the Hub dataset (once; later calls return the same result). Throws
+   * DATASET_NOT_FOUND, DATASET_FORMAT, or DATASET_FIELD naming the file, row and field; for `hub` / `disk` also
+   * DATASET_NOT_CACHED and DATASETS_NOT_INSTALLED (see `readHubDataset`). Called by the first reset if not before.
    */
   async load(): Promise<DatasetColumns> {
     this.#columns ??= (async () => {
-      const files = [];
-      for (const file of this.#files) files.push(await readDatasetFile(file));
-      const columns = buildColumns(files, this.config.fields);
+      const { hub, disk, limit } = this.config;
+      let files: DatasetFile[] = [];
+      if (hub !== undefined || disk !== undefined) {
+        const { config, split, revision, streaming, python } = this.config;
+        files.push(await readHubDataset({ hub, disk, config, split, revision, streaming, limit, python }));
+      } else {
+        for (const file of this.#files) files.push(await readDatasetFile(file));
+      }
+      if (limit !== undefined) files = firstRows(files, limit);
+      const built = buildColumns(files, this.config.fields);
+      const columns = this.#prepare === undefined ? built : this.#prepare(built, files);
+      if (columns.size === 0) throw new DatasetFormatError(files[0]?.file ?? "(none)", "no row of the dataset is left to use");
       this.#loaded = columns;
       this.#checkPosition(this.position, columns.size, "DataLoadingPrimer options.position");
       return columns;

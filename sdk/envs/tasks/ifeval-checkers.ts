@@ -9,6 +9,8 @@
  *   `langdetect` to require English, which has no TypeScript equivalent here.
  * - `change_case:capital_word_frequency`: words are split on letters, digits, `_`, `'` and `-` instead of NLTK's
  *   tokenizer.
+ * - `keywords:letter_frequency`: the "letter" may be any one character and is counted as given. IFEval's data asks
+ *   for `#` and `!` in two prompts ("at least 4 hashtags"), which IFEval itself swaps for a random letter.
  * - Not implemented (they need language detection or NLTK's sentence model, or are disabled in IFEval itself):
  *   `language:response_language`, `length_constraints:number_sentences`, `keywords:key_sentences`,
  *   `detectable_format:rephrase`, `detectable_content:rephrase_paragraph`, `multi-turn:constrained_start`.
@@ -66,7 +68,7 @@ export const IFEVAL_CHECKERS = {
     a.forbidden_words.every((w) => !new RegExp(`\\b${escapeRegExp(w)}\\b`, "iu").test(r)),
   ),
   "keywords:letter_frequency": define(
-    z.strictObject({ letter: z.string().regex(/^[A-Za-z]$/, "must be one ASCII letter"), let_frequency: Count, let_relation: Relation }),
+    z.strictObject({ letter: z.string().regex(/^.$/u, "must be one character"), let_frequency: Count, let_relation: Relation }),
     (r, a) => compare(countOccurrences(r, a.letter), a.let_relation, a.let_frequency),
   ),
   "length_constraints:number_words": define(z.strictObject({ num_words: Count, relation: Relation }), (r, a) =>

@@ -46,6 +46,12 @@ export function parseIFEvalInstructions(instructionIdList: unknown, kwargs: unkn
   });
 }
 
+/** The entries of an `instruction_id_list` that are strings naming no implemented checker, in order. */
+export function unsupportedInstructionIds(instructionIdList: unknown): string[] {
+  if (!Array.isArray(instructionIdList)) return [];
+  return instructionIdList.filter((id): id is string => typeof id === "string" && !isIFEvalInstructionId(id));
+}
+
 function checkOne(instruction: IFEvalInstruction, response: string): boolean {
   const checker = IFEVAL_CHECKERS[instruction.id] as { check(response: string, args: unknown): boolean };
   return response.trim() !== "" && checker.check(response, instruction.args);

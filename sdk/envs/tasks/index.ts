@@ -40,7 +40,7 @@ export { CountdownPrimer, CountdownPrimerOptionsSchema, type CountdownPrimerOpti
 export { MathVerifyUnavailableError } from "./errors.js";
 export { DIGIT_SORT_REWARDS, DigitSortEnv, DigitSortEnvOptionsSchema, DigitSortExamplesOptionsSchema, DigitSortGenerator, DigitSortOptionsSchema, DigitSortPrimer, digitSortExamples, digitSortProblem, digitSortReward, digitSortSplitOf, digitSortSplitSize, type DigitSortEnvOptions, type DigitSortOptions, type DigitSortProblem, type DigitSortSplit } from "./digit-sort.js";
 export { GSM8K_SYSTEM_PROMPT, GSM8KEnv, GSM8KEnvOptionsSchema, type GSM8KEnvOptions } from "./gsm8k-env.js";
-export { IFEVAL_SCORE_KEYS, IFEVAL_SYSTEM_PROMPT, IFEvalEnv, IFEvalEnvOptionsSchema, type IFEvalEnvOptions } from "./ifeval-env.js";
+export { IFEVAL_SCORE_KEYS, IFEVAL_SYSTEM_PROMPT, IFEvalEnv, IFEvalEnvOptionsSchema, type IFEvalEnvOptions, type IFEvalSkippedRow } from "./ifeval-env.js";
 export { MATH_SYSTEM_PROMPT, MATHEnv, MATHEnvOptionsSchema, type MATHEnvOptions } from "./math-env.js";
 export { extractGSM8KAnswer, gsm8kScore, normalizeGSM8KAnswer, type GSM8KScoreOptions } from "./gsm8k.js";
 export {
@@ -51,6 +51,7 @@ export {
   ifevalScore,
   looseVariants,
   parseIFEvalInstructions,
+  unsupportedInstructionIds,
   type IFEvalAccuracy,
   type IFEvalInstruction,
   type IFEvalRewardOptions,

@@ -1,12 +1,15 @@
 /**
- * Optional symbolic answer checking for MATH through Hugging Face's `math-verify` Python library, called with
- * pythonia (DESIGN.md: pythonia's one bounded role — a few strings to a CPU-side Python library).
+ * Symbolic answer checking for MATH through Hugging Face's `math-verify` Python library, called with pythonia
+ * (DESIGN.md: pythonia's one bounded role — a few strings to a CPU-side Python library). pythonia is a dependency of
+ * posttrain; `math_verify` comes with the worker's `math` extra (`npx posttrain setup --extras math`; a checkout's
+ * `.venv` has it through the test extras).
  *
- * Both are optional. {@link openMathVerifier} with `backend: "auto"` (the default) first checks, in a short-lived
- * subprocess, that the interpreter can `import math_verify`; only then does it load pythonia (a dev dependency,
- * which starts one Python process for the whole Node process). When any of that fails it returns the string
- * verifier ({@link STRING_MATH_VERIFIER}: equality after `normalizeMathAnswer`) with `fallbackReason` saying why;
- * it never throws. `backend: "math-verify"` throws {@link MathVerifyUnavailableError} instead.
+ * {@link openMathVerifier} with `backend: "auto"` (the default) first checks, in a short-lived subprocess, that the
+ * interpreter can `import math_verify`; only then does it load pythonia (which starts one Python process for the whole
+ * Node process). When any of that fails it returns the string verifier ({@link STRING_MATH_VERIFIER}: equality after
+ * `normalizeMathAnswer`) with `fallbackReason` saying why, and emits one process warning
+ * (`PosttrainMathVerifyWarning`) per interpreter and reason; it never throws. `backend: "math-verify"` throws
+ * {@link MathVerifyUnavailableError} instead, naming the extra to install.
  *
  * With math-verify, an answer pair that normalises to the same string is equivalent without a Python call;
  * otherwise both are parsed as `$…$` LaTeX and compared with `verify(gold, predicted)`; a Python error during
@@ -16,7 +19,7 @@ import { execFile } from "node:child_process";
 import { z } from "zod";
 import { resolvePython } from "../../../bridge/index.js";
 import { parseOptions } from "../../core/index.js";
-import { MathVerifyUnavailableError } from "./errors.js";
+import { MATH_EXTRA_HINT, MathVerifyUnavailableError } from "./errors.js";
 import { mathAnswersEqual, STRING_MATH_VERIFIER, type MathAnswerVerifier } from "./math.js";
 
 /** Options of {@link openMathVerifier}. */
@@ -91,6 +94,17 @@ function release(): void {
   shared = undefined;
 }
 
+// Each distinct fallback is reported once per process, not once per environment or per run.
+const warned = new Set<string>();
+
+function warnFallback(reason: string): string {
+  if (!warned.has(reason)) {
+    warned.add(reason);
+    process.emitWarning(`${reason}; MATH answers are compared as normalised strings (${MATH_EXTRA_HINT})`, "PosttrainMathVerifyWarning");
+  }
+  return reason;
+}
+
 function stringVerifier(fallbackReason?: string): OpenMathVerifier {
   return {
     backend: "string",
@@ -108,10 +122,18 @@ function stringVerifier(fallbackReason?: string): OpenMathVerifier {
 export async function openMathVerifier(options: MathVerifierOptions = {}): Promise<OpenMathVerifier> {
   const { backend, python: explicit, importTimeoutMs } = parseOptions(MathVerifierOptionsSchema, options, "openMathVerifier options");
   if (backend === "string") return stringVerifier();
-  const python = resolvePython(explicit);
+  let python: string;
+  try {
+    python = resolvePython(explicit);
+  } catch (err) {
+    // No worker environment at all (PYTHON_ENV_MISSING): the same answer as a Python without math_verify.
+    const reason = err instanceof Error ? err.message : String(err);
+    if (backend === "math-verify") throw new MathVerifyUnavailableError("(no interpreter)", reason, { cause: err });
+    return stringVerifier(warnFallback(`math-verify is not available: ${reason}`));
+  }
   const unavailable = (reason: string, cause?: unknown): OpenMathVerifier => {
     if (backend === "math-verify") throw new MathVerifyUnavailableError(python, reason, { cause });
-    return stringVerifier(`math-verify is not available with ${python}: ${reason}`);
+    return stringVerifier(warnFallback(`math-verify is not available with ${python}: ${reason}`));
   };
   const importProblem = await canImport(python, importTimeoutMs);
   if (importProblem !== undefined) return unavailable(importProblem);

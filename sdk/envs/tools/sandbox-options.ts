@@ -5,7 +5,7 @@ const MiB = 1024 * 1024;
 
 /** zod schema of {@link PythonSandboxOptions}. */
 export const PythonSandboxOptionsSchema = z.strictObject({
-  /** Python interpreter; default `resolvePython()` (`$POSTTRAIN_PYTHON`, the project's `.venv`, `python3`). */
+  /** Python interpreter; default `resolvePython()` (`$POSTTRAIN_PYTHON`, the `posttrain setup` venv, `.venv`), else `python3`. */
   python: z.string().min(1).optional(),
   /** Wall-clock limit per code block in ms (default 10 000, TorchRL's 10 s); past it the process group is killed. */
   timeoutMs: z.number().int().positive().default(10_000),

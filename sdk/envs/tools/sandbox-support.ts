@@ -1,6 +1,7 @@
 /** What the OS lets the Python sandbox do, detected once per interpreter and Node process. */
 import { execFile } from "node:child_process";
 import { join } from "node:path";
+import { PythonEnvMissingError } from "../../../bridge/errors.js";
 import { packageRoot, resolvePython } from "../../../bridge/worker/python.js";
 
 /** The outcome of {@link sandboxSupport}. */
@@ -18,14 +19,28 @@ export interface SandboxSupport {
 
 const detected = new Map<string, Promise<SandboxSupport>>();
 
+/**
+ * The interpreter a sandbox runs: `explicit`, else the workers' one (`resolvePython`), else — the sandbox needs
+ * only the standard library — `python3` on the PATH (`python` on Windows) when no worker environment exists.
+ */
+export function sandboxPython(explicit?: string): string {
+  try {
+    return resolvePython(explicit);
+  } catch (err) {
+    if (err instanceof PythonEnvMissingError) return process.platform === "win32" ? "python" : "python3";
+    throw err;
+  }
+}
+
 /** The jail script, shipped in the npm package under `python_worker/`. */
 export function sandboxJailPath(): string {
   return join(packageRoot(), "python_worker", "posttrain_worker", "sandbox", "jail.py");
 }
 
 /**
- * Detects, once per interpreter, whether sandboxed code can be put in its own namespaces (Linux with user
- * namespaces) by running the jail's probe. Where it cannot — macOS, Windows, containers whose seccomp profile
+ * Detects, once per interpreter (`sandboxPython(python)`: the worker environment's Python, else `python3`),
+ * whether sandboxed code can be put in its own namespaces (Linux with user namespaces) by running the jail's probe;
+ * never throws (a failure is a rejection). Where it cannot — macOS, Windows, containers whose seccomp profile
  * forbids `unshare`, kernels with user namespaces disabled — sandboxes in `network: "auto"` mode run with the
  * network and the isolation they report as missing.
  *
@@ -34,7 +49,12 @@ export function sandboxJailPath(): string {
  * ```
  */
 export function sandboxSupport(python?: string): Promise<SandboxSupport> {
-  const interpreter = resolvePython(python);
+  let interpreter: string;
+  try {
+    interpreter = sandboxPython(python);
+  } catch (err) {
+    return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+  }
   let support = detected.get(interpreter);
   if (support === undefined) {
     support = detect(interpreter);

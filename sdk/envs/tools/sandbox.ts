@@ -7,13 +7,13 @@
 import { join } from "node:path";
 import { RequestAbortedError } from "../../../bridge/errors.js";
 import { InvalidArgumentError } from "../../core/errors.js";
-import { packageRoot, resolvePython } from "../../../bridge/worker/python.js";
+import { packageRoot } from "../../../bridge/worker/python.js";
 import { parseOptions } from "../../core/index.js";
 import { SandboxClosedError, SandboxUnavailableError } from "./errors.js";
 import { PythonSandboxOptionsSchema, type PythonSandboxOptions, type ResolvedSandboxOptions } from "./sandbox-options.js";
 import { readCapture } from "./sandbox-output.js";
 import { SandboxProcess, type BlockOutcome, type DriverInfo, type SandboxIsolation } from "./sandbox-process.js";
-import { sandboxJailPath, sandboxSupport } from "./sandbox-support.js";
+import { sandboxJailPath, sandboxPython, sandboxSupport } from "./sandbox-support.js";
 
 export type { DriverInfo as SandboxInfo, LimitsApplied, SandboxIsolation } from "./sandbox-process.js";
 
@@ -106,7 +106,7 @@ export class PythonSandbox implements AsyncDisposable {
 
   constructor(options: PythonSandboxOptions = {}) {
     this.options = parseOptions(PythonSandboxOptionsSchema, options, "PythonSandbox options");
-    this.python = resolvePython(this.options.python);
+    this.python = sandboxPython(this.options.python);
     this.driver = sandboxDriverPath();
   }
 
