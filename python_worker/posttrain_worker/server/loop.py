@@ -318,8 +318,7 @@ class WorkerServer:
         reply_error: Callable[[int | None, WorkerFailure], None],
     ) -> None:
         try:
-            if request.payloads or payload_frames:  # none described and none carried: nothing to check
-                check_frames(request.payloads, payload_frames, self.config.max_payload_bytes)
+            check_frames(request.payloads, payload_frames, self.config.max_payload_bytes)
             spec = self.registry.lookup(request.method)
             try:
                 args = spec.parse_args(spec.name, request.args)

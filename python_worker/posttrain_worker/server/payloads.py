@@ -54,6 +54,8 @@ def check_frames(
     descriptors: Sequence[PayloadDescriptor], frames: Sequence[zmq.Frame], max_payload_bytes: int
 ) -> None:
     """Cheap checks done on the I/O thread before a request is queued: size, count, raw tensor lengths."""
+    if not descriptors and not frames:  # the usual small call: none described, none carried
+        return
     total = sum(frame_size(f) for f in frames)
     if total > max_payload_bytes:
         raise WorkerFailure(

@@ -4,9 +4,6 @@
  */
 import { PosttrainError } from "../../core/errors.js";
 
-/** How to install every tracker's Python packages. */
-export const TRACKERS_INSTALL_HINT = "npx posttrain setup --extras trackers (in a checkout of posttrain: .venv/bin/pip install -e '.[trackers]')";
-
 /**
  * A tracker in `loggers` needs Python packages that the worker environment lacks (code `TRACKER_UNAVAILABLE`); the
  * message names the tracker, the missing packages and the extra to install. Thrown by `create`, before the run starts.
@@ -23,11 +20,11 @@ export class TrackerUnavailableError extends PosttrainError {
   /** The command that installs them. */
   readonly install: string;
 
-  constructor(tracker: string, missing: readonly string[], message: string) {
+  constructor(tracker: string, missing: readonly string[], message: string, install: string) {
     super("TRACKER_UNAVAILABLE", message);
     this.tracker = tracker;
     this.missing = missing;
-    this.install = TRACKERS_INSTALL_HINT;
+    this.install = install;
   }
 }
 

@@ -249,7 +249,9 @@ function errorOf(reply: Extract<Reply, { type: "error" }>): Error {
   const tracker = typeof reply.details.tracker === "string" ? reply.details.tracker : null;
   if (reply.code === "TRACKER_UNAVAILABLE" && tracker !== null) {
     const missing = Array.isArray(reply.details.missing) ? reply.details.missing.map(String) : [];
-    return new TrackerUnavailableError(tracker, missing, reply.message);
+    // the logger's own hint (tracking/errors.py): one wording of how to install the extra
+    const install = typeof reply.details.install === "string" ? reply.details.install : "npx posttrain setup --extras trackers";
+    return new TrackerUnavailableError(tracker, missing, reply.message, install);
   }
   return new TrackerError(tracker, reply.message);
 }
