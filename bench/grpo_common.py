@@ -8,7 +8,8 @@ ends. A failure is answered as ``{"error": "..."}``. Progress goes to stderr.
 
 The request: ``{"modelDir", "prompts": [{"prompt", "answer"}, ...] (in step order), "groupSize",
 "promptsPerStep", "maxNewTokens", "temperature", "topP", "topK", "lr", "weightDecay", "gradClip",
-"clipEpsilon", "entropyCoeff", "seed"}``, and for the fair baseline (``grpo_inprocess_fair.py``) the SDK's own
+"clipEpsilon", "entropyCoeff", "seed"}``, optionally ``"device"`` (a torch device, default ``"cpu"``;
+bench/gpu_check.py asks for ``"cuda"``), and for the fair baseline (``grpo_inprocess_fair.py``) the SDK's own
 settings: ``"sampleSeeds"`` (the generation seed of each step, as the SDK's collector derives them) and
 ``"trainer"`` (the worker's ``trainer_state`` reply: the loss, optimizer and schedule configs as the worker
 parsed them, and ``gradClip``).
@@ -42,6 +43,8 @@ class Request:
     clip_epsilon: float
     entropy_coeff: float
     seed: int
+    device: str = "cpu"
+    """Where the model runs (the GPU check's ``"cuda"``)."""
     sample_seeds: list[int] | None = None
     """Per step, the generation seed the SDK used (fair baseline only)."""
     trainer: dict[str, Any] | None = None
@@ -66,6 +69,7 @@ class Request:
             clip_epsilon=float(value["clipEpsilon"]),
             entropy_coeff=float(value["entropyCoeff"]),
             seed=int(value["seed"]),
+            device=str(value.get("device", "cpu")),
             sample_seeds=[int(v) for v in value["sampleSeeds"]] if "sampleSeeds" in value else None,
             trainer=dict(value["trainer"]) if "trainer" in value else None,
         )

@@ -61,9 +61,10 @@ class FairGRPO:
         self.req = request
         trainer = request.trainer
         torch.manual_seed(request.seed)
-        self.device = torch.device("cpu")
-        # loaded as the worker's model store loads it (float32, eval mode between steps)
+        self.device = torch.device(request.device)
+        # loaded as the worker's model store loads it (float32, on its device, eval mode between steps)
         self.model = AutoModelForCausalLM.from_pretrained(request.model_dir, dtype=torch.float32)
+        self.model.to(self.device)
         self.model.eval()
         self.tokenizer = AutoTokenizer.from_pretrained(request.model_dir)
         self.pad_id = pad_token_id(self.tokenizer)
@@ -173,6 +174,8 @@ class FairGRPO:
         old: torch.Tensor,
         advantages: torch.Tensor,
     ) -> tuple[float, float]:
+        # the loss reads these beside the model's log-probs, on its device
+        mask, old, advantages = (t.to(self.device) for t in (mask, old, advantages))
         norm = api.batch_norm(self.loss, mask)
         want_entropy = api.needs_entropy(self.loss)
         total = 0.0

@@ -10,7 +10,8 @@ gradient-accumulation step (so one generation batch per optimizer step, and the 
 current ones, as on-policy GRPO has them), ``max_completion_length``, the sampling options, ``learning_rate``
 with a constant schedule, AdamW with the same weight decay, ``max_grad_norm``, ``beta=0`` (no KL, no
 reference model), ``epsilon``, ``loss_type="bnpo"`` (a token mean over the batch, the SDK's ``token_mean``),
-``entropy_coef``, float32, no gradient checkpointing, ``use_vllm=False``, ``report_to="none"``, no saving.
+``entropy_coef``, float32, on the CPU unless the request's ``device`` is a GPU, no gradient checkpointing,
+``use_vllm=False``, ``report_to="none"``, no saving.
 
 Interleaving: a ``TrainerCallback`` blocks in ``on_step_begin`` until the caller writes ``step``, starts the
 clock, and stops it in ``on_log`` (after generation, scoring, loss, backward, clipping, the optimizer step and
@@ -127,7 +128,7 @@ def build_trainer(request: Request, output_dir: str, clock: StepClock, max_steps
         max_steps=max_steps,
         shuffle_dataset=False,
         seed=request.seed,
-        use_cpu=True,
+        use_cpu=request.device == "cpu",
         bf16=False,
         fp16=False,
         gradient_checkpointing=False,

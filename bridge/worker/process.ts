@@ -90,6 +90,8 @@ export class WorkerProcess implements SupervisedWorker {
   ) {
     this.exited = exited.then((info) => {
       this.exitInfo = info;
+      // what the worker started and left running (a vLLM engine of a worker that crashed) is still in its group
+      signalGroup(child, "SIGKILL");
       return info;
     });
   }

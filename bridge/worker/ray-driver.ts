@@ -477,7 +477,7 @@ function driverError(op: string, code: string, message: string, details: Record<
 /** Why a driver that exited before `driver_ready` could not start. */
 function startFailure(python: string, exitCode: number | null, signal: string | null, tail: string): Error {
   if (/No module named '?ray'?$/m.test(tail)) {
-    return new RayUnavailableError(`ray is not installed in ${python}: pip install 'posttrain-worker[ray]'`);
+    return new RayUnavailableError(`ray is not installed in ${python}: npx posttrain setup --extras ray`);
   }
   const how = signal !== null ? `was killed by ${signal}` : `exited with code ${String(exitCode)}`;
   const missing = /No module named '?posttrain_worker/.test(tail)

@@ -36,6 +36,11 @@ export interface TrainingCommandSpec<C> {
   readonly name: string;
   readonly summary: string;
   readonly help: string;
+  /**
+   * The command's own flags that override one config field each, by flag name (without `--`) to the field's dotted
+   * path, e.g. `{ "generator-backend": "generator.backend" }`; the value is a string, checked by the config schema.
+   */
+  readonly fieldFlags?: Readonly<Record<string, string>>;
   /** Imports the trainer (the SDK loads only when a command runs, not for `--help`). */
   load(): Promise<TrainerFactory<C>>;
 }
@@ -73,9 +78,12 @@ interface Flags {
   readonly loggers: readonly string[] | undefined;
   readonly sets: readonly string[];
   readonly resume: boolean;
+  /** The command's field flags that were given: the field's dotted path and the value. */
+  readonly fields: readonly { readonly path: string; readonly value: string }[];
 }
 
-function readFlags(name: string, args: readonly string[]): Flags | "help" {
+function readFlags(name: string, args: readonly string[], fieldFlags: Readonly<Record<string, string>> = {}): Flags | "help" {
+  const own = Object.fromEntries(Object.keys(fieldFlags).map((flag) => [flag, { type: "string" as const }]));
   const { values, help } = parseCommandArgs(name, args, {
     config: { type: "string" },
     "run-dir": { type: "string" },
@@ -83,6 +91,7 @@ function readFlags(name: string, args: readonly string[]): Flags | "help" {
     loggers: { type: "string" },
     set: { type: "string", multiple: true },
     resume: { type: "boolean" },
+    ...own,
   });
   if (help) return "help";
   const steps = stringFlag(values, "steps");
@@ -94,6 +103,10 @@ function readFlags(name: string, args: readonly string[]): Flags | "help" {
     loggers: loggers === undefined ? undefined : loggerList(name, loggers),
     sets: stringList(values, "set"),
     resume: values.resume === true,
+    fields: Object.entries(fieldFlags).flatMap(([flag, path]) => {
+      const value = stringFlag(values, flag);
+      return value === undefined ? [] : [{ path, value }];
+    }),
   };
   if (flags.configPath === undefined && !(flags.resume && flags.runDir !== undefined)) {
     throw new UsageError("--config FILE is required (or --resume --run-dir DIR to continue a run with its saved config)", name);
@@ -108,7 +121,7 @@ function loggerList(command: string, text: string): string[] {
   return names;
 }
 
-/** The run config: the file (or the run's saved `config.yaml`), then `--set`, `--steps`, `--loggers` and `--run-dir`. */
+/** The run config: the file (or the run's saved `config.yaml`), then `--set`, the command's field flags, `--steps`, `--loggers` and `--run-dir`. */
 async function loadConfig(flags: Flags): Promise<{ config: Record<string, unknown>; source: string }> {
   const source = flags.configPath ?? join(flags.runDir ?? ".", "config.yaml");
   let config = await readConfigFile(source);
@@ -116,6 +129,7 @@ async function loadConfig(flags: Flags): Promise<{ config: Record<string, unknow
     const { path, value } = parseAssignment(text);
     config = setField(config, path, value);
   }
+  for (const { path, value } of flags.fields) config = setField(config, path, value);
   if (flags.steps !== undefined) config = setField(config, "steps", flags.steps);
   if (flags.loggers !== undefined) config = setField(config, "loggers", flags.loggers);
   if (flags.runDir !== undefined) config = setField(config, "runDir", flags.runDir);
@@ -244,7 +258,7 @@ export function trainingCommand<C>(spec: TrainingCommandSpec<C>): Command {
     summary: spec.summary,
     help: spec.help,
     async run(args) {
-      const flags = readFlags(spec.name, args);
+      const flags = readFlags(spec.name, args, spec.fieldFlags);
       if (flags === "help") {
         process.stdout.write(spec.help);
         return EXIT.ok;

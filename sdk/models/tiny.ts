@@ -5,14 +5,28 @@ import { PosttrainError } from "../core/errors.js";
 import { parseOptions } from "../core/index.js";
 
 /**
- * The tiny model's sizes and seed; every field is optional (the builder's defaults). A run config's `model.tiny`
- * block is this schema.
+ * The tiny model's family, sizes and seed; every field is optional (the builder's defaults). A run config's
+ * `model.tiny` block is this schema.
  */
 export const TinyModelConfigSchema = z.strictObject({
+  /**
+   * Model family: architecture, special tokens and stop tokens of `"qwen2"` (default, the original tiny model),
+   * `"qwen3"`, `"llama3"`, `"mistral"`, `"gemma2"` or `"phi3"` (docs/models.md, "Model families").
+   */
+  family: z.enum(["qwen2", "qwen3", "llama3", "mistral", "gemma2", "phi3"]).optional(),
+  /**
+   * A Jinja chat template file to store with the model (a family's real template, say). Default: the tiny ChatML
+   * template for `qwen2`, no template for the other families.
+   */
+  chatTemplateFile: z.string().min(1).optional(),
   hiddenSize: z.number().int().positive().optional(),
   numLayers: z.number().int().positive().optional(),
+  /** Attention heads (default: the family's; 4 for qwen2). */
   numHeads: z.number().int().positive().optional(),
+  /** Key/value heads (default: the family's; 2 for qwen2). */
   numKvHeads: z.number().int().positive().optional(),
+  /** Head size (default: the family's; hiddenSize / numHeads for qwen2 and phi3, 32 for the others). */
+  headDim: z.number().int().positive().optional(),
   intermediateSize: z.number().int().positive().optional(),
   maxPositionEmbeddings: z.number().int().positive().optional(),
   /**
@@ -25,7 +39,7 @@ export const TinyModelConfigSchema = z.strictObject({
   seed: z.number().int().nonnegative().optional(),
 });
 
-/** The tiny model's sizes and seed. */
+/** The tiny model's family, sizes and seed. */
 export type TinyModelConfig = z.input<typeof TinyModelConfigSchema>;
 
 /** Options of {@link makeTinyModel}: the sizes and seed, and the Python interpreter. */
@@ -50,6 +64,9 @@ export type TinyModel = z.infer<typeof TinyModelResultSchema>;
 
 const FLAGS: ReadonlyArray<readonly [keyof TinyModelOptions, string]> = [
   ["seed", "--seed"],
+  ["family", "--family"],
+  ["chatTemplateFile", "--chat-template"],
+  ["headDim", "--head-dim"],
   ["hiddenSize", "--hidden-size"],
   ["numLayers", "--num-layers"],
   ["numHeads", "--num-heads"],
@@ -62,7 +79,12 @@ const FLAGS: ReadonlyArray<readonly [keyof TinyModelOptions, string]> = [
 /**
  * Writes a random tiny Qwen2-style causal LM with a character-level tokenizer and a ChatML chat template
  * (assistant turns wrapped in `{% generation %}`) into `dir`: offline, deterministic given `seed`, a few
- * seconds. Tests, examples and the demo use it instead of downloading a model.
+ * seconds. Tests, examples and the demo use it instead of downloading a model. `family` builds another
+ * architecture instead (Llama 3, Gemma 2, ...), with the chat template of `chatTemplateFile`.
+ *
+ * ```ts
+ * const { path } = await makeTinyModel("/tmp/tiny-llama", { family: "llama3", chatTemplateFile: "llama3.jinja" });
+ * ```
  */
 export async function makeTinyModel(dir: string, options: TinyModelOptions = {}): Promise<TinyModel> {
   const opts = parseOptions(TinyModelOptionsSchema, options, "makeTinyModel options");

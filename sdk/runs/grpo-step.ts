@@ -15,7 +15,10 @@ import type { StepRecord } from "./records.js";
 import type { StepOutcome } from "./run-loop.js";
 import { completionLengths, rewardMeans, rewardStats } from "./step-metrics.js";
 
-/** The keys of a collected batch the trainer reads. */
+/**
+ * The keys of a collected batch the trainer reads. `("log_probs","full")` are the generator's log-probs of the tokens
+ * it sampled (a vLLM engine's with `generator.backend: "vllm"`): the behaviour policy of the loss's importance ratio.
+ */
 export const TRAIN_KEYS = [["tokens", "full"], ["tokens", "prompt"], ["log_probs", "full"], "advantage"] as const;
 
 /** What a GRPO step runs on. */

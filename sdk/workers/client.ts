@@ -158,8 +158,8 @@ export class WorkerClient {
   /**
    * Renders conversations with the model's own chat template (the HF tokenizer is the source of truth): reads
    * `("history", key)` and returns `("tokens", key)`, `("text", key)` and
-   * `("masks","all_attention_mask"|"all_assistant_mask")` (assistant tokens, from the template's
-   * `{% generation %}` blocks). An incomplete last message is continued rather than closed.
+   * `("masks","all_attention_mask"|"all_assistant_mask")` (assistant tokens: the template's `{% generation %}`
+   * blocks, or, for a template without them, prefix rendering; docs/history.md, "Assistant masks"). An incomplete last message is continued rather than closed.
    */
   async applyChatTemplate(
     model: string,

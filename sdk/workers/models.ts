@@ -36,8 +36,14 @@ export const LoadModelOptionsSchema = z
   maxModelLen: z.number().int().min(1).optional(),
   /** vLLM only: reuse the KV cache of shared prompt prefixes (GRPO groups). Default true. */
   enablePrefixCaching: z.boolean().optional(),
-  /** vLLM only: no CUDA graphs (faster start, slower decoding). Default false. */
+  /** vLLM only: no CUDA graphs (faster start, slower decoding). Default: true on vLLM's CPU engine, false on a GPU. */
   enforceEager: z.boolean().optional(),
+  /**
+   * Jinja text replacing the directory's chat template (saved with the model's checkpoints), for instance one whose
+   * assistant turns sit in `{% generation %}` blocks; checked by rendering a one-message chat (docs/history.md,
+   * "Assistant masks").
+   */
+  chatTemplate: z.string().min(1).optional(),
 })
   .superRefine((options, ctx) => {
     if (options.backend === "vllm") {

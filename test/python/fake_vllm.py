@@ -1,9 +1,11 @@
 """FAKE vLLM: a test double of the slice of vLLM's offline API that posttrain's vLLM backend calls.
 
-THIS IS NOT vLLM. vLLM needs a CUDA GPU and is not installed where these tests run, so the adapter
-(``posttrain_worker/models/vllm_engine.py``) is tested against this module instead. It has vLLM's module-level
-names (``LLM``, ``SamplingParams``, ``__version__``) and vLLM's constructor arguments and attribute names
-(vLLM 0.11+ V1 API, checked against the v0.15 reference), with ``Fake`` in every class name. It is backed by
+THIS IS NOT vLLM. The real engine (vLLM's CPU build) runs in ``test_vllm_real.py`` where vLLM is installed;
+this module stands in for what that engine cannot show: a CUDA build (it plays a GPU platform:
+``platforms.current_platform.is_cpu()`` is false, so the adapter takes the plain weight-update path and the
+GPU engine arguments), outputs on demand, and workers without vLLM installed (``test/ts``). It has vLLM's
+module-level names (``LLM``, ``SamplingParams``, ``__version__``) and vLLM's constructor arguments and
+attribute names (vLLM 0.11+ V1 API), with ``Fake`` in every class name. It is backed by
 a Hugging Face model on the CPU, so its outputs are real tokens of the model it loads.
 
 Mirrored from vLLM: ``LLM(...)`` engine arguments and ``llm.llm_engine.model_config.max_model_len``;
@@ -16,7 +18,8 @@ None, then stop token ids, which include the generation config's other eos ids, 
 and the output processor's stop strings (``stop_reason`` the string; the token completing it is kept in
 ``token_ids``); vLLM's input checks (empty prompt, token id out of vocabulary, prompt longer than
 ``max_model_len``); ``collective_rpc`` into a worker class with ``worker_extension_cls`` mixed in, whose
-``model_runner.model.load_weights`` takes HF parameter names; ``reset_prefix_cache``.
+``model_runner.model.load_weights`` takes HF parameter names; ``reset_prefix_cache``;
+``kv_cache_memory_bytes`` (taken, unused).
 
 Not mirrored: vLLM's sampler and its random numbers (this one samples with ``torch.multinomial``), paged
 attention, batching and scheduling (each sequence is recomputed from scratch at every step), CUDA, the
@@ -33,6 +36,7 @@ import importlib
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -41,6 +45,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 POSTTRAIN_TEST_FAKE = True
 """Marks this module as a test fake (``vllm_import`` refuses a module without it)."""
 __version__ = "0.0.0+posttrain.fake"
+
+
+class FakePlatform:
+    """``vllm.platforms.current_platform``: the fake plays a CUDA build (its layers are not re-packed)."""
+
+    def is_cpu(self) -> bool:
+        return False
+
+
+platforms = SimpleNamespace(current_platform=FakePlatform())
 
 MAX_LOGPROBS = 20
 """vLLM's default ``max_logprobs``."""
@@ -229,6 +243,7 @@ class FakeLLM:
         max_model_len: int | None = None,
         enable_prefix_caching: bool | None = None,
         enforce_eager: bool = False,
+        kv_cache_memory_bytes: int | None = None,
         worker_extension_cls: str = "",
         logprobs_mode: str = "raw_logprobs",
     ) -> None:
@@ -241,6 +256,7 @@ class FakeLLM:
             "max_model_len": max_model_len,
             "enable_prefix_caching": enable_prefix_caching,
             "enforce_eager": enforce_eager,
+            "kv_cache_memory_bytes": kv_cache_memory_bytes,
             "worker_extension_cls": worker_extension_cls,
             "logprobs_mode": logprobs_mode,
         }

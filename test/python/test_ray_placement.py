@@ -31,7 +31,7 @@ from test_auth import Keys, curve_client, handshake, new_keys, no_reply, refused
 from worker_harness import Client, ok
 
 pytest.importorskip(
-    "ray", reason="ray is not installed: pip install 'posttrain-worker[ray]' (the test extra has it)"
+    "ray", reason="ray is not installed: npx posttrain setup --extras ray (the test extra has it)"
 )
 
 
@@ -649,7 +649,7 @@ def test_without_ray_the_driver_says_ray_unavailable(tmp_path: Path) -> None:
     assert d.first == {
         "event": "driver_failed",
         "code": "RAY_UNAVAILABLE",
-        "message": f"ray is not installed in {sys.executable}: pip install 'posttrain-worker[ray]'",
+        "message": f"ray is not installed in {sys.executable}: npx posttrain setup --extras ray",
     }
     assert d.proc.wait(30) == 3
 

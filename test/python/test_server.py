@@ -778,6 +778,7 @@ def test_describe_methods_lists_every_method_with_its_args() -> None:
         "maxModelLen",
         "enablePrefixCaching",
         "enforceEager",
+        "chatTemplate",
     }
     create = methods["trainer_create"]["args"]
     assert create["loss"] == {"type": "object", "required": True, "nullable": False}

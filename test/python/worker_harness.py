@@ -3,12 +3,14 @@ calls that carry a tensordict, shared by the worker test modules."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -81,6 +83,7 @@ def start_worker(
             stdout=subprocess.PIPE,
             stderr=stderr,
             env={**os.environ, **env} if env else None,
+            start_new_session=True,  # its own process group: stop_worker kills what it spawned too (vLLM)
         )
     assert proc.stdout is not None
     readable, _, _ = select.select([proc.stdout], [], [], 60)
@@ -95,9 +98,10 @@ def start_worker(
 
 
 def stop_worker(worker: Worker) -> None:
-    if worker.proc.poll() is None:
-        worker.proc.kill()
-        worker.proc.wait()
+    """SIGKILLs the worker's process group (a vLLM engine process would outlive a killed worker)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(worker.proc.pid, signal.SIGKILL)
+    worker.proc.wait()
     shutil.rmtree(worker.directory, ignore_errors=True)
 
 

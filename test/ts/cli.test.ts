@@ -6,6 +6,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { resolvePython } from "../../bridge/index.js";
+import { TinyModelConfigSchema } from "../../sdk/index.js";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const CLI = join(ROOT, "sdk", "cli", "main.ts");
@@ -279,5 +281,30 @@ describe("posttrain info and make-tiny-model", () => {
     const none = await posttrain("make-tiny-model");
     expect(none.code).toBe(2);
     expect(none.stderr).toContain("expected one directory, got 0");
+  });
+
+  it("make-tiny-model --family builds another architecture with the given chat template; an unknown family exits 2", { timeout: 60_000 }, async () => {
+    const template = join(ROOT, "test", "fixtures", "chat_templates", "llama3.jinja");
+    const run = await posttrain("make-tiny-model", join(dir, "llama"), "--family", "llama3", "--chat-template", template, "--head-dim", "32");
+    expect(run.code, run.stderr).toBe(0);
+    const config = JSON.parse(readFileSync(join(dir, "llama", "config.json"), "utf8")) as { model_type: string; head_dim: number };
+    expect(config).toMatchObject({ model_type: "llama", head_dim: 32 });
+    expect(readFileSync(join(dir, "llama", "chat_template.jinja"), "utf8")).toBe(readFileSync(template, "utf8"));
+    const bad = await posttrain("make-tiny-model", join(dir, "gpt"), "--family", "gpt9");
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/family.*gpt9|gpt9.*family/);
+    expect(existsSync(join(dir, "gpt"))).toBe(false);
+  });
+
+  it("offers exactly the families the Python builder knows", async () => {
+    const python = resolvePython();
+    const code = "from posttrain_worker.models.tiny.families import FAMILY_NAMES; print(','.join(FAMILY_NAMES))";
+    const names = await new Promise<string>((done, fail) => {
+      execFile(python, ["-c", code], (err, stdout) => {
+        if (err) fail(new Error(err.message));
+        else done(stdout.trim());
+      });
+    });
+    expect([...TinyModelConfigSchema.shape.family.unwrap().options].sort()).toEqual(names.split(",").sort());
   });
 });

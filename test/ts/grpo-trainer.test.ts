@@ -264,6 +264,10 @@ describe("GRPOTrainer", { timeout: 120_000 }, () => {
     await bad({ steps: undefined }, /config\.steps: is required/);
     await bad({ optimizer: { type: "sgd", betas: [0.9, 0.99] } }, /config\.optimizer\.betas: not a field of optimizer type "sgd"/);
     await bad({ model: { path: "x", tiny: { hiddenSize: 32 } } }, /config\.model\.tiny: only used with path "tiny"/);
+    await bad(
+      { model: { path: "tiny", chatTemplateFile: "a.jinja", tiny: { chatTemplateFile: "b.jinja" } } },
+      /config\.model\.chatTemplateFile: not together with tiny\.chatTemplateFile/,
+    );
     await bad({ sampling: { topP: 0 } }, /config\.sampling\.topP: .*\(got 0\)/);
     await bad({ stepz: 3 }, /GRPOTrainer config\.stepz: unknown field; did you mean "steps"\?; allowed: .*groupSize.*steps/);
     await bad({ optimizer: { type: "adamw", learningRate: 1e-5 } }, /config\.optimizer\.learningRate: unknown field; allowed: .*\blr\b/);

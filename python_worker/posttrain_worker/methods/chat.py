@@ -2,7 +2,10 @@
 
 Reads ``("history", key)`` (one conversation per row) and writes ``("tokens", key)``, ``("text", key)``,
 ``("masks", "all_attention_mask")`` and ``("masks", "all_assistant_mask")``, as TorchRL's wrappers do in
-history mode; ``key`` is ``"prompt"`` (default) or ``"full"``.
+history mode; ``key`` is ``"prompt"`` (default) or ``"full"``. The assistant mask comes from the template's
+``{% generation %}`` blocks or, without them, from prefix renderings (docs/history.md, "Assistant masks");
+a row whose assistant tokens cannot be placed, or that has an assistant turn but no assistant token, is
+``ASSISTANT_MASK_UNAVAILABLE`` / ``ASSISTANT_MASK_EMPTY``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Model hosting methods: load_model, unload_model, list_models (docs/models.md).
 
 ``load_model`` takes ``backend`` (``"transformers"``, the default, or ``"vllm"``) and, for ``"vllm"`` only,
-the engine options ``gpuMemoryUtilization``, ``maxModelLen``, ``enablePrefixCaching`` and ``enforceEager``.
+the engine options ``gpuMemoryUtilization``, ``maxModelLen``, ``enablePrefixCaching`` and ``enforceEager``
+(absent: on for vLLM's CPU engine, off on a GPU; see ``vllm_engine.engine_arguments``). ``chatTemplate``
+(either backend) replaces the directory's chat template with the given Jinja text, for instance one whose
+assistant turns sit in ``{% generation %}`` blocks (docs/history.md, "Assistant masks").
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class LoadArgs:
     replace: bool
     backend: str = "transformers"
     vllm_options: VllmOptions | None = None
+    chat_template: str | None = None
 
 
 VLLM_ONLY = ("gpuMemoryUtilization", "maxModelLen", "enablePrefixCaching", "enforceEager")
@@ -64,7 +68,14 @@ def build_load(parsed: ParsedArgs) -> LoadArgs:
         except RuntimeError:
             raise parsed.fail(f'"device" is not a torch device, got {device!r}') from None
     return LoadArgs(
-        parsed["name"], parsed["path"], parsed["dtype"], device, parsed["replace"], backend, vllm_options
+        parsed["name"],
+        parsed["path"],
+        parsed["dtype"],
+        device,
+        parsed["replace"],
+        backend,
+        vllm_options,
+        parsed["chatTemplate"],
     )
 
 
@@ -79,7 +90,8 @@ LOAD_ARGS = ArgsSchema(
         Arg("gpuMemoryUtilization", "number", default=_VLLM_DEFAULTS.gpu_memory_utilization),
         Arg("maxModelLen", "integer", default=None, minimum=1, nullable=True),
         Arg("enablePrefixCaching", "boolean", default=_VLLM_DEFAULTS.enable_prefix_caching),
-        Arg("enforceEager", "boolean", default=_VLLM_DEFAULTS.enforce_eager),
+        Arg("enforceEager", "boolean", default=_VLLM_DEFAULTS.enforce_eager),  # None: the machine's default
+        Arg("chatTemplate", "string", default=None, non_empty=True),
     ),
     build=build_load,
 )
@@ -102,6 +114,7 @@ def register_model_methods(registry: MethodRegistry, store: ModelStore) -> None:
             args.replace,
             backend=args.backend,
             vllm_options=args.vllm_options,
+            chat_template=args.chat_template,
         ).describe()
 
     def unload_model(_ctx: CallContext, name: str) -> dict[str, Any]:

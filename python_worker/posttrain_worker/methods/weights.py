@@ -24,8 +24,7 @@ from posttrain_worker.protocol.errors import WorkerFailure
 from posttrain_worker.server.registry import CallContext, MethodOutcome, MethodRegistry, RawTensor
 from posttrain_worker.training.errors import WEIGHT_SYNC_FAILED
 from posttrain_worker.training.weight_sync import (
-    check_manifest,
-    incoming_targets,
+    IncomingWeights,
     outgoing_weights,
     spec_of,
     sync_in_worker,
@@ -182,16 +181,6 @@ BROADCAST_ARGS = ArgsSchema(
 # ---- handlers ------------------------------------------------------------------------------------------
 
 
-def _writer(target: LoadedModel) -> tuple[dict[str, torch.Tensor], Any]:
-    params = incoming_targets(target.model)
-
-    @torch.no_grad()
-    def write(name: str, tensor: torch.Tensor) -> None:
-        params[name].copy_(tensor)
-
-    return params, write
-
-
 def clone_model(store: ModelStore, args: CloneArgs) -> dict[str, Any]:
     """A second name for a model: sharing its parameter tensors (colocated generation) or a frozen deep copy
     (a reference model)."""
@@ -280,20 +269,19 @@ def register_weight_methods(registry: MethodRegistry, store: ModelStore) -> None
         return sync_in_worker(store.get(args.source), store.get(args.target))
 
     def weights_listen(_ctx: CallContext, args: ListenArgs) -> dict[str, Any]:
-        incoming_targets(store.get(args.model).model)  # fail now for a model that cannot receive
+        IncomingWeights(store.get(args.model))  # fail now for a model that cannot receive
         return listeners.open(args.model, args.transport, args.host)
 
     def weights_receive(ctx: CallContext, args: ReceiveArgs) -> dict[str, Any]:
         listener, name = listeners.take(ctx.method, args.token)
         try:
             target = store.get(name)
-            params, write = _writer(target)
+            incoming = IncomingWeights(target)
             deadline = zmq_transfer.Deadline(args.timeout_s, ctx.check_cancelled, ctx.method)
-            version, stats = listener.receive(
-                lambda specs: check_manifest(name, specs, params), write, deadline
-            )
+            version, stats = listener.receive(incoming.check, incoming.write, deadline)
         finally:
             listener.close()
+        incoming.finish()
         target.policy_version = version
         return {"policyVersion": version, **stats.to_json()}
 
@@ -349,15 +337,11 @@ def register_weight_methods(registry: MethodRegistry, store: ModelStore) -> None
                     args.src, pairs, version, lambda _specs: None, lambda _n, _t: None, args.bucket_bytes
                 )
         else:
-            params, write = _writer(loaded)
+            incoming = IncomingWeights(loaded)
             version, moved, buckets = distributed.broadcast_weights(
-                args.src,
-                None,
-                None,
-                lambda specs: check_manifest(args.model, specs, params),
-                write,
-                args.bucket_bytes,
+                args.src, None, None, incoming.check, incoming.write, args.bucket_bytes
             )
+            incoming.finish()
         loaded.policy_version = version
         seconds = time.monotonic() - started
         return {"policyVersion": version, "bytes": moved, "buckets": buckets, "seconds": seconds}

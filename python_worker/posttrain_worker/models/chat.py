@@ -16,6 +16,14 @@ import torch
 from posttrain_worker.codec.keys import key_name
 from posttrain_worker.codec.types import Column, HistoryColumn
 from posttrain_worker.errors import BAD_ARGUMENTS, BAD_PAYLOAD, WorkerFailure
+from posttrain_worker.models.assistant_masks import (
+    MaskUnavailable,
+    assistant_spans,
+    has_generation_markers,
+    spans_to_mask,
+    special_strings,
+)
+from posttrain_worker.models.errors import ASSISTANT_MASK_EMPTY, ASSISTANT_MASK_UNAVAILABLE
 from posttrain_worker.models.store import LoadedModel
 
 
@@ -25,7 +33,8 @@ class RenderedChat:
     tokens: torch.Tensor
     """int64 token ids of ``text``."""
     assistant_mask: torch.Tensor
-    """bool, one per token: true on tokens inside the template's ``{% generation %}`` blocks."""
+    """bool, one per token: true on the tokens the assistant messages add (docs/history.md, "Assistant
+    masks")."""
 
 
 def to_hf_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -47,27 +56,48 @@ def to_hf_message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_chat(
-    tokenizer: Any, conversation: list[dict[str, Any]], *, add_generation_prompt: bool, continue_final: bool
+    tokenizer: Any,
+    conversation: list[dict[str, Any]],
+    *,
+    add_generation_prompt: bool,
+    continue_final: bool,
+    masks: bool = True,
 ) -> RenderedChat:
-    """Render one conversation with the tokenizer's chat template; an incomplete last message continues."""
+    """Render one conversation with the tokenizer's chat template; an incomplete last message continues.
+
+    The assistant mask comes from the template's ``{% generation %}`` blocks where it has them, otherwise from
+    prefix renderings (``assistant_masks``; ``MaskUnavailable`` when they cannot place the turns). With
+    ``masks=False`` (a generation prompt) the mask is all false and nothing but the text is rendered."""
     messages = [to_hf_message(m) for m in conversation]
-    continue_final = continue_final or (bool(conversation) and conversation[-1].get("is_complete") is False)
+    continue_final = continues(conversation, continue_final)
     options = {
         "add_generation_prompt": add_generation_prompt and not continue_final,
         "continue_final_message": continue_final,
     }
     text = tokenizer.apply_chat_template(messages, tokenize=False, **options)
-    if not continue_final and not any(m["role"] == "assistant" for m in messages):
-        # No assistant message, so no {% generation %} block: the mask is all false and the tokens are those
-        # of the text (HF tokenizes its rendering the same way); this spares a second rendering of a prompt.
-        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if not masks or not any(m["role"] == "assistant" for m in messages):
+        # No assistant token to mark: the tokens are those of the text (HF tokenizes its rendering the same
+        # way); this spares a second rendering of a prompt.
+        ids = _tokens(tokenizer, text)
         mask = [0] * len(ids)
+    elif not has_generation_markers(tokenizer):
+        ids = _tokens(tokenizer, text)
+        spans = assistant_spans(
+            lambda prefix, gen: tokenizer.apply_chat_template(
+                prefix, tokenize=False, add_generation_prompt=gen
+            ),
+            messages,
+            text,
+            special_strings(tokenizer),
+            continued=continue_final,
+        )
+        mask = spans_to_mask(tokenizer, text, ids, spans)
     elif not continue_final:
         ids, mask = _with_masks(tokenizer, messages, options["add_generation_prompt"])
     else:
         # HF refuses assistant masks together with continue_final_message: take them from the closed
         # conversation, whose tokens start with the continued text's tokens.
-        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids = _tokens(tokenizer, text)
         closed_ids, closed_mask = _with_masks(tokenizer, messages, False)
         mask = (
             closed_mask[: len(ids)]
@@ -75,6 +105,22 @@ def render_chat(
             else _tail_mask(tokenizer, text, messages, ids)
         )
     return RenderedChat(text, torch.tensor(ids, dtype=torch.int64), torch.tensor(mask, dtype=torch.bool))
+
+
+def _tokens(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def continues(conversation: list[dict[str, Any]], continue_final: bool) -> bool:
+    """Whether the rendering leaves the last message open: asked for, or the message is incomplete."""
+    return continue_final or (bool(conversation) and conversation[-1].get("is_complete") is False)
+
+
+def has_closed_assistant(conversation: list[dict[str, Any]], continue_final: bool) -> bool:
+    """Whether the rendering closes an assistant turn (a continued last message is left open, and may
+    rightly add no token yet)."""
+    closed = conversation[:-1] if continues(conversation, continue_final) else conversation
+    return any(m.get("role") == "assistant" for m in closed)
 
 
 def _with_masks(
@@ -108,10 +154,13 @@ def render_rows(
     *,
     add_generation_prompt: bool,
     continue_final: bool,
+    masks: bool = True,
 ) -> list[RenderedChat]:
     """Each row's conversation of the leaf ``key`` rendered by the model's chat template. A leaf that is not a
     history leaf is ``BAD_PAYLOAD``; a model without a template, and an empty or unrenderable conversation,
-    are ``BAD_ARGUMENTS`` (naming the row)."""
+    are ``BAD_ARGUMENTS`` (naming the row). With ``masks``, a row whose assistant tokens cannot be located is
+    ``ASSISTANT_MASK_UNAVAILABLE`` and a row with a closed assistant turn but an all-false mask is
+    ``ASSISTANT_MASK_EMPTY`` (an assistant-only loss would skip it silently)."""
     if not isinstance(column, HistoryColumn):
         raise WorkerFailure(BAD_PAYLOAD, f"{method}: {key_name(key)} must be a history leaf")
     tokenizer = loaded.tokenizer
@@ -134,13 +183,47 @@ def render_rows(
                 conversation,
                 add_generation_prompt=add_generation_prompt,
                 continue_final=continue_final,
+                masks=masks,
             )
-            rendered.append(chat)
-            previous = (conversation, chat)
+        except MaskUnavailable as exc:
+            raise _mask_failure(
+                ASSISTANT_MASK_UNAVAILABLE, method, loaded, row, f"cannot give assistant masks: {exc}"
+            ) from None
         except (ValueError, TypeError, KeyError) as exc:  # jinja and HF raise these on bad messages
             raise WorkerFailure(
                 BAD_ARGUMENTS,
                 f"{method}: row {row} could not be rendered ({type(exc).__name__}: {exc})",
                 {"row": row},
             ) from None
+        if (
+            masks
+            and not bool(chat.assistant_mask.any())
+            and has_closed_assistant(conversation, continue_final)
+        ):
+            raise _mask_failure(
+                ASSISTANT_MASK_EMPTY,
+                method,
+                loaded,
+                row,
+                "marks no token of the row's assistant messages (an assistant-only loss would skip the row)",
+            )
+        rendered.append(chat)
+        previous = (conversation, chat)
     return rendered
+
+
+def _mask_failure(code: str, method: str, loaded: LoadedModel, row: int, what: str) -> WorkerFailure:
+    markers = has_generation_markers(loaded.tokenizer)
+    fix = (
+        "check that its {% generation %} blocks hold the assistant's text"
+        if markers
+        else "give the model a chat template whose assistant turns sit inside "
+        "{% generation %}...{% endgeneration %} (load_model's chatTemplate, or chat_template.jinja in its "
+        "directory)"
+    )
+    return WorkerFailure(
+        code,
+        f"{method}: row {row}: the chat template of model {loaded.name!r} ({loaded.path}) {what}; {fix}; "
+        'see docs/history.md, "Assistant masks"',
+        {"row": row, "model": loaded.name, "path": loaded.path},
+    )

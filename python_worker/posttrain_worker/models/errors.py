@@ -13,3 +13,10 @@ MODEL_ALREADY_LOADED = "MODEL_ALREADY_LOADED"
 """A model is already loaded under that name (unload it first, or pass ``replace``)."""
 BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
 """The requested backend (``"vllm"``) cannot be imported in this worker; the message names the package."""
+ASSISTANT_MASK_UNAVAILABLE = "ASSISTANT_MASK_UNAVAILABLE"
+"""The chat template has no ``{% generation %}`` markers and its renderings do not let a row's assistant
+tokens be located (docs/history.md, "Assistant masks"); the message names the row, the model and the
+reason."""
+ASSISTANT_MASK_EMPTY = "ASSISTANT_MASK_EMPTY"
+"""A row holds an assistant message but its assistant mask selects no token (an assistant-only loss would
+silently skip it); the message names the row and the model."""

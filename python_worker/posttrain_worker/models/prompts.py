@@ -117,7 +117,13 @@ def generation_prompts(
     history = lookup(batch, HISTORY_PROMPT)
     if history is not None and all(lookup(batch, key) is None for key in PROMPT_KEYS):
         rendered = render_rows(
-            method, loaded, HISTORY_PROMPT, history, add_generation_prompt=True, continue_final=False
+            method,
+            loaded,
+            HISTORY_PROMPT,
+            history,
+            add_generation_prompt=True,
+            continue_final=False,
+            masks=False,  # generation needs no assistant mask
         )
         rows: list[torch.Tensor] = [r.tokens for r in rendered]
         strings: list[str | None] = [r.text for r in rendered]

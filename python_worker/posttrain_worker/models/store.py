@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from posttrain_worker.errors import WorkerFailure
+from posttrain_worker.errors import BAD_ARGUMENTS, WorkerFailure
 from posttrain_worker.models.errors import (
     MODEL_ALREADY_LOADED,
     MODEL_LOAD_FAILED,
@@ -150,9 +150,12 @@ class ModelStore:
         *,
         backend: str = "transformers",
         vllm_options: VllmOptions | None = None,
+        chat_template: str | None = None,
     ) -> LoadedModel:
         """Loads ``path`` under ``name``. Replacing a model that runs on a vLLM engine stops that engine
-        first (its GPU memory is needed), so the name is left unloaded when the new load then fails."""
+        first (its GPU memory is needed), so the name is left unloaded when the new load then fails.
+        ``chat_template`` replaces the directory's template (checked by rendering a one-message chat before
+        anything loads: ``BAD_ARGUMENTS`` naming ``chatTemplate``)."""
         with self._lock:
             previous = self._models.get(name)
             if previous is not None and not replace:
@@ -161,6 +164,8 @@ class ModelStore:
                     f"a model named {name!r} is already loaded from {previous.path}; "
                     "unload it first or pass replace",
                 )
+        if chat_template is not None:
+            _check_chat_template(path, chat_template)
         if previous is not None and previous.engine is not None:
             self.unload(name)
         if backend == "vllm":
@@ -168,6 +173,8 @@ class ModelStore:
             loaded = LoadedModel(name, path, None, tokenizer, dtype, device, backend="vllm", engine=engine)
         else:
             loaded = LoadedModel(name, path, *_load(path, dtype, device), dtype=dtype, device=device)
+        if chat_template is not None:
+            loaded.tokenizer.chat_template = chat_template  # saved with the model's checkpoints
         with self._lock:
             self._models[name] = loaded
         return loaded
@@ -192,6 +199,21 @@ class ModelStore:
         del loaded
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _check_chat_template(path: str, template: str) -> None:
+    """``BAD_ARGUMENTS`` when ``template`` does not render a one-message chat with ``path``'s tokenizer."""
+    _expanded, _config, tokenizer = _open(path)
+    try:
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "hi"}], chat_template=template, tokenize=False
+        )
+    except Exception as exc:  # jinja2's TemplateSyntaxError/UndefinedError, and the template's own raise
+        raise WorkerFailure(
+            BAD_ARGUMENTS,
+            f'"chatTemplate" does not render a one-message chat ({type(exc).__name__}: {exc})',
+            {"field": "chatTemplate"},
+        ) from None
 
 
 def _load(path: str, dtype: str, device: torch.device) -> tuple[Any, Any]:

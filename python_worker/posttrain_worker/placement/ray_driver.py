@@ -319,7 +319,7 @@ def main() -> int:
         import ray
     except ImportError as exc:
         log.error("import ray failed: %s", exc)
-        message = f"ray is not installed in {sys.executable}: pip install 'posttrain-worker[ray]'"
+        message = f"ray is not installed in {sys.executable}: npx posttrain setup --extras ray"
         out.write({"event": "driver_failed", "code": RAY_UNAVAILABLE, "message": message})
         return EXIT_RAY_UNAVAILABLE
     install_signal_handlers()

@@ -4,10 +4,15 @@ It answers heartbeats, cancels and I/O-thread methods inline, queues compute met
 :class:`ComputeExecutor`, and forwards the replies the compute thread pushes on an inproc socket. It stops
 on a ``shutdown`` request, SIGTERM/SIGINT, or EOF on stdin (the parent died), closing its sockets and
 removing the ipc socket file.
+
+What the methods started outside the process is stopped by ``atexit`` handlers (vLLM engines: the models
+package registers one, vLLM its finalizers), also when a hung compute thread makes the worker leave with
+``os._exit``, which skips them: the loop runs them itself first, bounded by ``EXIT_HANDLERS_TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import json
@@ -59,6 +64,7 @@ _COPY_BELOW_BYTES = 64 * 1024  # reply frames below this are sent as copies (pyz
 _NEVER_CANCELLED = threading.Event()
 ZAP_DOMAIN = "posttrain"
 _WAKE_SHUTDOWN = 0  # byte written to the wake-up pipe by request_shutdown (no signal has number 0)
+EXIT_HANDLERS_TIMEOUT_S = 20.0
 
 
 class WorkerServer:
@@ -161,6 +167,7 @@ class WorkerServer:
         if not joined:
             # The compute thread is stuck in a method that never checks cancellation: do not wait for it.
             log.warning("the running compute method did not stop; exiting without waiting for it")
+            run_exit_handlers(EXIT_HANDLERS_TIMEOUT_S)
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(exit_code)
@@ -448,6 +455,17 @@ class WorkerServer:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+
+def run_exit_handlers(timeout_s: float) -> bool:
+    """Runs the ``atexit`` handlers now (each runs once: the interpreter's exit then finds none), in a daemon
+    thread given ``timeout_s``; False when they did not finish in time."""
+    thread = threading.Thread(target=atexit._run_exitfuncs, name="exit-handlers", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        log.warning("the exit handlers did not finish within %.0f s", timeout_s)
+    return not thread.is_alive()
 
 
 def _receive(router: zmq.Socket) -> tuple[bytes, bytes | None, list[zmq.Frame]] | None:

@@ -1,6 +1,6 @@
 """Optional LoRA adapters through ``peft`` (docs/training.md, "LoRA").
 
-``peft`` is an optional extra of the worker (``pip install posttrain-worker[lora]``); asking for LoRA without
+``peft`` is an optional extra of the worker (``npx posttrain setup --extras lora``); asking for LoRA without
 it is ``LORA_UNAVAILABLE``. With LoRA only the adapter weights train; the base weights stay frozen.
 """
 
@@ -57,7 +57,7 @@ def apply_lora(model: Any, config: LoraConfig) -> Any:
         raise WorkerFailure(
             LORA_UNAVAILABLE,
             "LoRA needs the peft package, which is not installed in this worker's environment "
-            "(pip install 'posttrain-worker[lora]')",
+            "(npx posttrain setup --extras lora)",
         )
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model

@@ -6,12 +6,19 @@ before anything is written; a different dtype is converted by ``copy_``.
 
 In one worker (``sync_in_worker``), a target that shares its parameter tensors with the source (a clone made
 with ``shareParameters``, colocated generation) needs no copy at all: only the policy version moves.
+
+A target on the vLLM backend (``LoadedModel.engine``) has no torch module here: it takes the pairs with their
+HF names through ``VllmEngine.load_weights``, which maps them onto the engine's fused layers. The manifest
+is checked first by the engine's own check (``VllmEngine.check_weights``: the checkpoint's names and shapes,
+whole layers where it re-packs), received weights are staged and handed over at the end of the transfer, so
+the engine sees one consistent set; the engine's refusals and failures become ``WEIGHT_SYNC_FAILED`` naming
+the target.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +27,7 @@ import torch
 from posttrain_worker.codec.types import DTYPE_TO_TORCH, TORCH_TO_DTYPE
 from posttrain_worker.errors import WorkerFailure
 from posttrain_worker.models.store import LoadedModel
+from posttrain_worker.models.vllm_engine import VllmEngine
 from posttrain_worker.training.errors import WEIGHT_SYNC_FAILED
 from posttrain_worker.training.lora import is_peft_model
 
@@ -106,6 +114,59 @@ def check_manifest(target: str, specs: Sequence[TensorSpec], params: dict[str, t
             )
 
 
+@contextlib.contextmanager
+def engine_failures(target: str) -> Iterator[None]:
+    """A ``WorkerFailure`` of a vLLM engine (its check, its load) as ``WEIGHT_SYNC_FAILED`` naming
+    ``target``, with the engine's message and details."""
+    try:
+        yield
+    except WorkerFailure as failure:
+        if failure.code == WEIGHT_SYNC_FAILED:
+            raise
+        raise WorkerFailure(
+            WEIGHT_SYNC_FAILED,
+            f"{target!r} (vLLM engine) did not take the weights: {failure.message}",
+            {**failure.details, "target": target, "cause": failure.code},
+        ) from None
+
+
+def load_into_engine(engine: VllmEngine, target: str, pairs: Iterable[tuple[str, torch.Tensor]]) -> None:
+    with engine_failures(target):
+        engine.load_weights(pairs)
+
+
+class IncomingWeights:
+    """Where a transfer into ``target`` writes: ``check`` the manifest, ``write`` each tensor, ``finish``
+    once every tensor arrived. A torch model is written in place (names and shapes checked first); a vLLM
+    engine gets copies staged and loaded in ``finish`` (it maps the HF names and refuses unknown ones)."""
+
+    def __init__(self, target: LoadedModel) -> None:
+        self.target = target
+        self._staged: list[tuple[str, torch.Tensor]] = []
+        self._params = None if target.engine is not None else incoming_targets(target.model)
+
+    def check(self, specs: Sequence[TensorSpec]) -> None:
+        engine = self.target.engine
+        if self._params is not None:
+            check_manifest(self.target.name, specs, self._params)
+        elif engine is not None:  # before any byte moves
+            with engine_failures(self.target.name):
+                engine.check_weights((spec.name, spec.shape) for spec in specs)
+
+    @torch.no_grad()
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        if self._params is not None:
+            self._params[name].copy_(tensor)
+        else:  # the frame's buffer is reused for the next bucket
+            self._staged.append((name, tensor.detach().clone()))
+
+    def finish(self) -> None:
+        engine = self.target.engine
+        if engine is not None:
+            staged, self._staged = self._staged, []
+            load_into_engine(engine, self.target.name, staged)
+
+
 def shares_parameters(source: Any, target: Any) -> bool:
     """True when every parameter of ``target`` is the very tensor of ``source`` with its name."""
     if source is target:
@@ -120,7 +181,8 @@ def shares_parameters(source: Any, target: Any) -> bool:
 
 @torch.no_grad()
 def sync_in_worker(source: LoadedModel, target: LoadedModel) -> dict[str, Any]:
-    """Source -> target in one worker: nothing to move when they share parameters, else one ``copy_`` each."""
+    """Source -> target in one worker: nothing to move when they share parameters, one ``copy_`` each into a
+    torch model, or ``load_weights`` into a vLLM engine."""
     version = source.policy_version + 1
     moved = 0
     shared = (
@@ -128,7 +190,11 @@ def sync_in_worker(source: LoadedModel, target: LoadedModel) -> dict[str, Any]:
         and target.model is not None
         and shares_parameters(source.model, target.model)
     )
-    if not shared:
+    if target.engine is not None:
+        with outgoing_weights(source.model) as pairs:
+            load_into_engine(target.engine, target.name, pairs)
+            moved = sum(t.numel() * t.element_size() for _, t in pairs)
+    elif not shared:
         params = incoming_targets(target.model)
         with outgoing_weights(source.model) as pairs:
             check_manifest(target.name, [spec_of(n, t) for n, t in pairs], params)

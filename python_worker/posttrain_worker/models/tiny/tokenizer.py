@@ -1,6 +1,6 @@
-"""The tiny model's tokenizer: characters first, one token each, in Qwen2's byte-level BPE pipeline, with a
-ChatML chat template whose assistant turns sit inside ``{% generation %}`` (the layout and the token ids are
-described in ``posttrain_worker.models.tiny``)."""
+"""The tiny model's tokenizer: characters first, one token each, in Qwen2's byte-level BPE pipeline, then the
+family's special tokens; the default family's ChatML chat template puts assistant turns inside
+``{% generation %}`` (the layout and the token ids are described in ``posttrain_worker.models.tiny``)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from posttrain_worker.models.tiny.families import DEFAULT_FAMILY, FAMILIES, Family
+
 #: Every printable ASCII character (space through ``~``) plus tab and newline; one token each.
 DEFAULT_CHARS: str = "\t\n" + "".join(chr(c) for c in range(32, 127))
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
-#: The special tokens, in id order at the end of the vocabulary.
-SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, IM_START, IM_END)
+#: The default (qwen2) family's special tokens, in id order at the end of the vocabulary.
+SPECIAL_TOKENS: tuple[str, ...] = FAMILIES[DEFAULT_FAMILY].specials
 
 #: Qwen2's pre-tokenizer split (transformers' ``PRETOKENIZE_REGEX``); without merges between ASCII bytes it
 #: never changes which tokens come out, but keeping it makes tokenizer.json match Qwen2Tokenizer exactly.
@@ -98,19 +100,19 @@ def _bytes_to_unicode() -> dict[int, str]:
 FILLER_FORMAT = "<filler_{}>"
 
 
-def natural_vocab_size(chars: str) -> int:
+def natural_vocab_size(chars: str, family: Family = FAMILIES[DEFAULT_FAMILY]) -> int:
     """How many tokens the tokenizer over ``chars`` has without fillers (the smallest allowed vocab size)."""
-    vocab, _ = _bpe_vocab(chars, 0)
+    vocab, _ = _bpe_vocab(chars, 0, family)
     return len(vocab)
 
 
-def check_vocab_size(vocab_size: Any, chars: str) -> int | None:
+def check_vocab_size(vocab_size: Any, chars: str, family: Family = FAMILIES[DEFAULT_FAMILY]) -> int | None:
     """``vocab_size`` (None: no fillers), or ``ValueError`` naming ``vocab_size``."""
     if vocab_size is None:
         return None
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
         raise ValueError(f"vocab_size: expected a positive int, got {vocab_size!r}")
-    least = natural_vocab_size(chars)
+    least = natural_vocab_size(chars, family)
     if vocab_size < least:
         raise ValueError(
             f"vocab_size: expected at least {least} (the characters, the other bytes and the special "
@@ -119,9 +121,9 @@ def check_vocab_size(vocab_size: Any, chars: str) -> int | None:
     return vocab_size
 
 
-def _bpe_vocab(chars: str, n_fillers: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+def _bpe_vocab(chars: str, n_fillers: int, family: Family) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Vocabulary and merges: ``chars`` first (one token each), then every other byte, then merge prefixes,
-    then ``n_fillers`` filler tokens, then the special tokens."""
+    then ``n_fillers`` filler tokens, then the family's added tokens."""
     byte_sym = _bytes_to_unicode()
     vocab: dict[str, int] = {}
     merges: list[tuple[str, str]] = []
@@ -144,13 +146,20 @@ def _bpe_vocab(chars: str, n_fillers: int) -> tuple[dict[str, int], list[tuple[s
     # Fillers sit before the specials, as a real vocabulary's ordinary tokens do (Qwen2's specials come last).
     for i in range(n_fillers):
         vocab[FILLER_FORMAT.format(i)] = len(vocab)
-    for tok in SPECIAL_TOKENS:
-        vocab[tok] = len(vocab)
+    for tok in family.tokens:
+        vocab[tok.text] = len(vocab)
     return vocab, merges
 
 
-def build_tokenizer(chars: str, model_max_length: int, vocab_size: int | None = None) -> Any:
-    """The tokenizer over ``chars``; with ``vocab_size``, padded with filler tokens to exactly that many."""
+def build_tokenizer(
+    chars: str,
+    model_max_length: int,
+    vocab_size: int | None = None,
+    family: Family = FAMILIES[DEFAULT_FAMILY],
+    chat_template: str | None = TINY_CHAT_TEMPLATE,
+) -> Any:
+    """The tokenizer over ``chars`` with ``family``'s added tokens; with ``vocab_size``, padded with filler
+    tokens to exactly that many."""
     from tokenizers import (
         AddedToken,
         Regex,
@@ -163,8 +172,8 @@ def build_tokenizer(chars: str, model_max_length: int, vocab_size: int | None = 
     )
     from transformers import PreTrainedTokenizerFast
 
-    n_fillers = 0 if vocab_size is None else vocab_size - natural_vocab_size(chars)
-    vocab, merges = _bpe_vocab(chars, n_fillers)
+    n_fillers = 0 if vocab_size is None else vocab_size - natural_vocab_size(chars, family)
+    vocab, merges = _bpe_vocab(chars, n_fillers, family)
     backend = Tokenizer(
         models.BPE(
             vocab=vocab,
@@ -179,7 +188,7 @@ def build_tokenizer(chars: str, model_max_length: int, vocab_size: int | None = 
     )
     # Exactly the pipeline transformers 5's Qwen2Tokenizer rebuilds around the vocab and merges it reads from
     # tokenizer.json (it ignores the file's normalizer / pre-tokenizer / decoder for model_type "qwen2"), so
-    # the file and AutoTokenizer tokenize identically.
+    # the file and AutoTokenizer tokenize identically. Other families load the file as it is.
     backend.normalizer = normalizers.NFC()
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -189,38 +198,69 @@ def build_tokenizer(chars: str, model_max_length: int, vocab_size: int | None = 
     )
     backend.decoder = decoders.ByteLevel()
     # Untrimmed offsets: a lone space token keeps its character span, which assistant masks rely on.
-    backend.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    byte_level = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    if family.bos_in_encode and family.bos is not None:
+        # as Llama 3's tokenizer.json: encoding text (with special tokens) puts bos in front
+        bos = (family.bos, vocab[family.bos])
+        with_bos = processors.TemplateProcessing(
+            single=f"{bos[0]}:0 $A:0", pair=f"{bos[0]}:0 $A:0 {bos[0]}:1 $B:1", special_tokens=[bos]
+        )
+        backend.post_processor = processors.Sequence([byte_level, with_bos])
+    else:
+        backend.post_processor = byte_level
+    backend.add_special_tokens(
+        [AddedToken(t.text, special=True, normalized=False) for t in family.tokens if t.special]
+    )
+    backend.add_tokens(
+        [AddedToken(t.text, special=False, normalized=False) for t in family.tokens if not t.special]
+    )
+    named = {
+        "bos_token": family.bos,
+        "eos_token": family.eos,
+        "pad_token": family.pad,
+        "unk_token": family.unk,
+    }
+    extra = [t for t in family.specials if t not in named.values()]
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
-        pad_token=PAD_TOKEN,
-        eos_token=IM_END,
-        additional_special_tokens=[IM_START],
-        chat_template=TINY_CHAT_TEMPLATE,
+        **{k: v for k, v in named.items() if v is not None},
+        additional_special_tokens=extra,
+        chat_template=chat_template,
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
 
 
-def patch_tokenizer_config(path: Path) -> None:
-    """Write tokenizer_config.json the way Qwen2 checkpoints have it, loadable by transformers 4.x and 5.x.
+def patch_tokenizer_config(path: Path, family: Family = FAMILIES[DEFAULT_FAMILY]) -> None:
+    """Write tokenizer_config.json the way the family's checkpoints have it, loadable by transformers 4.x and
+    5.x.
 
     transformers 5 saves ``"tokenizer_class": "TokenizersBackend"`` (unknown to 4.x) and a list under
     ``extra_special_tokens`` (4.x expects a dict there). ``Qwen2Tokenizer`` is what Qwen2 checkpoints declare
     (4.x then loads ``Qwen2TokenizerFast`` straight from tokenizer.json; 5.x picks ``Qwen2Tokenizer`` for
-    model_type "qwen2" whatever is declared), and both read ``additional_special_tokens``. ``unk_token`` is
-    null as in Qwen2 (5.x's ``Qwen2Tokenizer`` would otherwise default it to ``<|endoftext|>``).
+    model_types "qwen2" and "qwen3" whatever is declared), and both read ``additional_special_tokens``.
+    ``unk_token`` is null as in Qwen2 (5.x's ``Qwen2Tokenizer`` would otherwise default it to
+    ``<|endoftext|>``). The other families declare ``PreTrainedTokenizerFast`` (as Llama 3 does), which both
+    4.x and 5.x load from tokenizer.json as it is: 5.x's own classes for their model types
+    (``GemmaTokenizer``, ``LlamaTokenizer``) would rebuild a SentencePiece-style pipeline around the
+    byte-level vocabulary.
+    ``add_bos_token`` is left out on purpose: 5.x would then replace tokenizer.json's post-processor.
     """
     cfg_path = path / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text("utf-8"))
     cfg.pop("backend", None)
     cfg.pop("extra_special_tokens", None)
+    cfg.pop("add_bos_token", None)
+    cfg.pop("add_eos_token", None)
+    named = (family.bos, family.eos, family.pad, family.unk)
     cfg.update(
         {
-            "tokenizer_class": "Qwen2Tokenizer",
-            "additional_special_tokens": [IM_START],
-            "bos_token": None,
-            "unk_token": None,
+            "tokenizer_class": family.tokenizer_class,
+            "additional_special_tokens": [t for t in family.specials if t not in named],
+            "bos_token": family.bos,
+            "eos_token": family.eos,
+            "pad_token": family.pad,
+            "unk_token": family.unk,
             "add_prefix_space": False,
             "clean_up_tokenization_spaces": False,
             "errors": "replace",

@@ -1,5 +1,6 @@
-"""The tiny model's architecture and weights: a float32 ``Qwen2ForCausalLM`` with tied embeddings, whose
-weights are drawn from a generator seeded by the caller (the caller's global RNG is left untouched)."""
+"""The tiny model's architecture and weights: a float32 causal LM of the chosen family (by default a
+``Qwen2ForCausalLM`` with tied embeddings), whose weights are drawn from a generator seeded by the caller (the
+caller's global RNG is left untouched)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any
 
 import torch
 
+from posttrain_worker.models.tiny.families import DEFAULT_FAMILY, FAMILIES, Family
+
 _INIT_STD = 0.02
-_ROPE_THETA = 10000.0
 SIZE_FIELDS = (
     "hidden_size",
     "num_layers",
@@ -43,61 +45,69 @@ def check_sizes(sizes: dict[str, Any]) -> None:
         )
 
 
+def resolve_head_dim(family: Family, sizes: dict[str, Any], head_dim: Any) -> int:
+    """The head size: ``head_dim`` when given, else the family's default, else ``hidden_size // num_heads``;
+    or ``ValueError`` naming ``head_dim`` (not a positive even int, or a family whose architecture derives it
+    from the width and it differs)."""
+    derived = sizes["hidden_size"] // sizes["num_heads"]
+    if head_dim is None:
+        return family.head_dim or derived
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2 != 0:
+        raise ValueError(f"head_dim: expected a positive even int, got {head_dim!r}")
+    if family.head_dim is None and head_dim != derived:
+        raise ValueError(
+            f"head_dim: family {family.name!r} takes hidden_size/num_heads = {derived}, got {head_dim}"
+        )
+    return head_dim
+
+
 def check_seed(seed: Any) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
         raise ValueError(f"seed: expected an int in [0, 2**64), got {seed!r}")
 
 
 @torch.no_grad()
-def init_weights(model: torch.nn.Module, seed: int) -> None:
+def init_weights(model: torch.nn.Module, seed: int, norm_init: float = 1.0) -> None:
     gen = torch.Generator(device="cpu")
     gen.manual_seed(seed)
     for name, param in model.named_parameters():  # tied lm_head is the embedding: listed once
         if param.dim() == 1:
             if name.endswith("norm.weight"):
-                param.fill_(1.0)
+                param.fill_(norm_init)
             else:
                 param.zero_()
         else:
             param.copy_(torch.empty(param.shape, dtype=torch.float32).normal_(0.0, _INIT_STD, generator=gen))
 
 
-def random_model(sizes: dict[str, int], seed: int, *, vocab_size: int, pad_id: int, eos_id: int) -> Any:
-    """A ``Qwen2ForCausalLM`` of ``sizes`` with weights seeded by ``seed``, in eval mode, stopping on
-    ``eos_id`` or ``pad_id``."""
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+def random_model(
+    sizes: dict[str, int],
+    seed: int,
+    *,
+    vocab_size: int,
+    pad_id: int | None,
+    eos_id: int,
+    bos_id: int | None = None,
+    stop_ids: list[int] | None = None,
+    family: Family = FAMILIES[DEFAULT_FAMILY],
+) -> Any:
+    """A causal LM of ``family`` and ``sizes`` with weights seeded by ``seed``, in eval mode, stopping on
+    ``stop_ids`` (default: ``eos_id`` then ``pad_id``)."""
+    import transformers
+    from transformers import GenerationConfig
 
-    config = Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=sizes["hidden_size"],
-        intermediate_size=sizes["intermediate_size"],
-        num_hidden_layers=sizes["num_layers"],
-        num_attention_heads=sizes["num_heads"],
-        num_key_value_heads=sizes["num_kv_heads"],
-        hidden_act="silu",
-        max_position_embeddings=sizes["max_position_embeddings"],
-        initializer_range=_INIT_STD,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-        rope_parameters={"rope_type": "default", "rope_theta": _ROPE_THETA},
-        use_sliding_window=False,
-        attention_dropout=0.0,
-        pad_token_id=pad_id,
-        bos_token_id=None,
-        eos_token_id=eos_id,
-        dtype="float32",
-        architectures=["Qwen2ForCausalLM"],
-    )
+    ids = {"vocab_size": vocab_size, "pad_token_id": pad_id, "bos_token_id": bos_id, "eos_token_id": eos_id}
+    config = family.config(sizes, ids)
     # Module construction draws from the global RNG; keep the caller's stream untouched.
     with torch.random.fork_rng(devices=[]):
-        model = Qwen2ForCausalLM(config)
+        model = getattr(transformers, family.architecture)(config)
     model = model.to(torch.float32)
-    init_weights(model, seed)
+    init_weights(model, seed, family.norm_init)
     model.eval()
-    # Stop on <|im_end|> (end of an assistant turn) or <|endoftext|>, as Qwen instruct checkpoints do.
+    # Stop where the family's instruct checkpoints stop (Qwen: <|im_end|> or <|endoftext|>).
     model.generation_config = GenerationConfig(
-        eos_token_id=[eos_id, pad_id],
+        eos_token_id=stop_ids if stop_ids is not None else [eos_id, pad_id],
         pad_token_id=pad_id,
-        bos_token_id=None,
+        bos_token_id=bos_id,
     )
     return model
