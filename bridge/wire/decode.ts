@@ -107,9 +107,47 @@ function partsStream(parts: readonly Uint8Array[]): Stream {
   };
 }
 
+/**
+ * A decoded message flatbuffer whose header is read at most once: apache-arrow's `Message.header()` decodes it
+ * again on every call, and a schema's decode is the dearest step of reading a small payload. A header that fails
+ * to decode throws on every call, where it did before.
+ */
+class ParsedMessage {
+  private decoded: unknown;
+  private read = false;
+
+  constructor(readonly message: Message) {}
+
+  header(): unknown {
+    if (!this.read) {
+      this.decoded = this.message.header();
+      this.read = true;
+    }
+    return this.decoded;
+  }
+}
+
+/** Messages by their metadata bytes: a layout sends the same schema (and record batch) metadata call after call. */
+const parsedMessages = new Map<string, ParsedMessage>();
+const PARSED_MESSAGES_MAX = 256;
+
+/** The verified, decoded message of `metadata`, from {@link parsedMessages} when the same bytes came before. */
+function parseMessage(metadata: Uint8Array): ParsedMessage {
+  const key = Buffer.from(metadata.buffer, metadata.byteOffset, metadata.byteLength).toString("latin1");
+  const known = parsedMessages.get(key);
+  if (known !== undefined) return known;
+  // A copy: the message keeps its bytes, which may be a view of a large frame.
+  const own = metadata.slice();
+  verifyMessageFlatbuffer(own);
+  const parsed = new ParsedMessage(Message.decode(own));
+  if (parsedMessages.size >= PARSED_MESSAGES_MAX) parsedMessages.delete(parsedMessages.keys().next().value as string);
+  parsedMessages.set(key, parsed);
+  return parsed;
+}
+
 /** One record batch message of a stream and where its body starts. */
 interface BatchMessage {
-  readonly message: Message;
+  readonly message: ParsedMessage;
   readonly bodyStart: number;
 }
 
@@ -119,10 +157,10 @@ interface BatchMessage {
  * the stream must end with the end-of-stream marker exactly at its end. Returns the schema message and the
  * record batch messages.
  */
-function checkFraming(stream: Stream): { schema: Message; batches: BatchMessage[] } {
+function checkFraming(stream: Stream): { schema: ParsedMessage; batches: BatchMessage[] } {
   const n = stream.length;
   let pos = 0;
-  let schema: Message | undefined;
+  let schema: ParsedMessage | undefined;
   const batches: BatchMessage[] = [];
   for (let index = 0; ; index++) {
     if (n - pos < 8) {
@@ -162,16 +200,15 @@ function checkFraming(stream: Stream): { schema: Message; batches: BatchMessage[
       );
     }
     const metadata = stream.bytes(pos + 8, metadataLength, () => `the metadata of message ${index}`);
-    let message: Message;
+    let message: ParsedMessage;
     try {
-      verifyMessageFlatbuffer(metadata);
-      message = Message.decode(metadata);
+      message = parseMessage(metadata);
     } catch (err) {
       throw new WireFormatError(`invalid Arrow stream: cannot read message ${index} at byte ${pos}: ${errorMessage(err)}`, {
         cause: err,
       });
     }
-    const bodyLength = message.bodyLength;
+    const bodyLength = message.message.bodyLength;
     if (!Number.isSafeInteger(bodyLength) || bodyLength < 0) {
       throw new WireFormatError(`invalid Arrow stream: message ${index} declares body length ${bodyLength}`);
     }
@@ -188,8 +225,8 @@ function checkFraming(stream: Stream): { schema: Message; batches: BatchMessage[
   }
 }
 
-function checkMessage(message: Message, index: number, bodyLength: number): void {
-  const type = message.headerType as MessageHeader;
+function checkMessage(message: ParsedMessage, index: number, bodyLength: number): void {
+  const type = message.message.headerType as MessageHeader;
   if (index === 0) {
     if (type !== MessageHeader.Schema) {
       throw new WireFormatError(`invalid Arrow stream: the first message must be a schema, found header type ${type}`);
@@ -204,7 +241,7 @@ function checkMessage(message: Message, index: number, bodyLength: number): void
   }
   let regions: ReadonlyArray<{ offset: number; length: number }>;
   try {
-    const header = message.header() as unknown as {
+    const header = message.header() as {
       buffers: ReadonlyArray<{ offset: number; length: number }>;
       compression: unknown;
     };
@@ -659,7 +696,7 @@ interface BatchHeader {
  * out. Only the types of the posttrain layout are accepted.
  */
 function loadRecordBatch(schema: Schema, batch: BatchMessage, stream: Stream, index: number): RecordBatch {
-  const header = batch.message.header() as unknown as BatchHeader;
+  const header = batch.message.header() as BatchHeader;
   let nodeIndex = 0;
   let bufferIndex = 0;
   const what = `record batch ${index}`;

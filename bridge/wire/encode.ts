@@ -550,6 +550,21 @@ function finishMessage(b: Builder, headerType: number, header: number, bodyLengt
   return b.asUint8Array();
 }
 
+/** Schema messages by layout (fields and batch size): the same layout is sent call after call. Never mutated. */
+const schemaMessages = new Map<string, Uint8Array>();
+const SCHEMA_MESSAGES_MAX = 256;
+
+/** The schema message of a layout, built once ({@link schemaMessages}); only copied into streams. */
+function schemaMessage(fields: readonly FieldPlan[], batchSize: readonly number[]): Uint8Array {
+  const key = JSON.stringify([fields, batchSize]);
+  const known = schemaMessages.get(key);
+  if (known !== undefined) return known;
+  const built = buildSchemaMessage(fields, batchSize);
+  if (schemaMessages.size >= SCHEMA_MESSAGES_MAX) schemaMessages.delete(schemaMessages.keys().next().value as string);
+  schemaMessages.set(key, built);
+  return built;
+}
+
 function buildSchemaMessage(fields: readonly FieldPlan[], batchSize: readonly number[]): Uint8Array {
   const b = new Builder(1024);
   const fieldTables = fields.map((field) => buildField(b, field));
@@ -658,7 +673,7 @@ function planStream(batch: WireBatch): StreamPlan {
   const rows = shapeProduct(batch.batchSize, [], "batchSize");
   const body = new BodyLayout();
   const fields = planColumns(batch.columns, rows, [], body);
-  const schema = buildSchemaMessage(fields, batch.batchSize);
+  const schema = schemaMessage(fields, batch.batchSize);
   const recordBatch = buildRecordBatchMessage(rows, body);
   const bodyStart = framedLength(schema) + framedLength(recordBatch);
   return { schema, recordBatch, body, bodyStart, total: bodyStart + body.length + 8 };

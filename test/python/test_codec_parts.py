@@ -196,3 +196,28 @@ def test_a_buffer_reaching_past_its_body_is_refused_as_in_one_frame() -> None:
     misaligned = stream.replace(region, (4).to_bytes(8, "little") + (24).to_bytes(8, "little"))
     with pytest.raises(CodecError, match="8-byte aligned"):
         decode_batch([misaligned[:body_start], misaligned[body_start:]])
+
+
+def test_parsed_headers_are_reused_by_their_bytes_but_a_bad_message_is_refused_every_time() -> None:
+    # The readers keep parsed flatbuffers by their bytes: a tampered copy of a layout already read is other
+    # bytes, read and refused; a refusal is not remembered as a parse, so it comes again.
+    batch = TensorBatch(batch_size=(4,), columns={"x": torch.arange(4, dtype=torch.int64)})
+    stream = bytes(encode_batch(batch))
+    schema_end = 8 + int.from_bytes(stream[4:8], "little")
+    meta_length = int.from_bytes(stream[schema_end + 4 : schema_end + 8], "little")
+    body_start = schema_end + 8 + meta_length
+    region = (0).to_bytes(8, "little") + (32).to_bytes(8, "little")
+    misaligned = stream.replace(region, (4).to_bytes(8, "little") + (24).to_bytes(8, "little"))
+    for _ in range(2):
+        good = decode_batch([stream[:body_start], stream[body_start:]]).columns["x"]
+        assert isinstance(good, torch.Tensor) and good.tolist() == [0, 1, 2, 3]
+        with pytest.raises(CodecError, match="8-byte aligned"):
+            decode_batch([misaligned[:body_start], misaligned[body_start:]])
+    metadata = stream[schema_end + 8 : body_start]
+    assert read_record_batch_header(metadata).buffers[1] == (0, 32)
+    bad_root = b"\xff\xff\xff\x7f" + metadata[4:]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="out of range"):
+            read_record_batch_header(bad_root)
+        with pytest.raises(ValueError, match="out of range"):
+            read_message_header(bad_root)

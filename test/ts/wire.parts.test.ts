@@ -178,6 +178,24 @@ describe("decodeBatch of parts", () => {
     expect(wireError(() => decodeBatch([])).message).toMatch(/no parts/);
   });
 
+  it("reads a layout's metadata once by its bytes, yet refuses a tampered copy of it every time", () => {
+    const { batch } = mixedBatch(300);
+    const expected = encodeBatch(batch);
+    const parts = received(encodeBatchParts(batch));
+    expectSameBytes(encodeBatch(decodeBatch(parts)), expected);
+    const head = parts[0]!;
+    const saved = head.slice();
+    head.set([0xff, 0xff, 0xff, 0x7f], 8); // the schema flatbuffer's root offset, now far past its end
+    for (let i = 0; i < 2; i++) {
+      expect(wireError(() => decodeBatch(parts)).message).toMatch(/cannot read message 0 at byte 0/);
+    }
+    head.set(saved);
+    expectSameBytes(encodeBatch(decodeBatch(parts)), expected);
+    // The same layout with another batch size is another schema message, built and read anew.
+    const fewer = mixedBatch(299).batch;
+    expect(decodeBatch(received(encodeBatchParts(fewer))).batchSize).toEqual([299]);
+  });
+
   it("refuses a truncated split stream with the same error as a truncated whole stream", () => {
     const { batch } = mixedBatch(300);
     const parts = received(encodeBatchParts(batch));

@@ -447,6 +447,14 @@ def _offsets(arr: pa.Array, path: Path) -> torch.Tensor:
     return _from_buffer(arr.buffers()[1], arr.offset * 4, len(arr) + 1, torch.int32, path)
 
 
+def _list_values(arr: pa.FixedSizeListArray) -> pa.Array:
+    """The values of a FixedSizeList array without nulls (checked by its caller): what ``flatten()`` returns,
+    sliced here directly (``flatten`` dispatches through Arrow's compute registry, the dearer part of a dense
+    column's decode)."""
+    size = arr.type.list_size
+    return arr.values.slice(arr.offset * size, len(arr) * size)
+
+
 def _column(field: pa.Field, arr: pa.Array, path: Path) -> Column:
     """One column of one record batch; dense tensors have shape ``[rows, *row_shape]``."""
     t = field.type
@@ -474,12 +482,12 @@ def _column(field: pa.Field, arr: pa.Array, path: Path) -> Column:
         _check_storage(t.value_type, dtype, path, "fixed_shape_tensor of ")
         _check_permutation(t.permutation, path)
         shape = [int(d) for d in t.shape]
-        return _primitive(arr.storage.flatten(), dtype, path).view(rows, *shape)
+        return _primitive(_list_values(arr.storage), dtype, path).view(rows, *shape)
     if pa.types.is_fixed_size_list(t):
         dtype = _dtype(meta, path)
         _check_storage(t.value_type, dtype, path, "FixedSizeList of ")
         shape = _fixed_shape(meta, t.list_size, path)
-        return _primitive(arr.flatten(), dtype, path).view(rows, *shape)
+        return _primitive(_list_values(arr), dtype, path).view(rows, *shape)
     if pa.types.is_integer(t) or pa.types.is_floating(t):
         dtype = _dtype(meta, path)
         _check_storage(t, dtype, path)
@@ -494,7 +502,7 @@ def _column(field: pa.Field, arr: pa.Array, path: Path) -> Column:
         if pa.types.is_fixed_size_list(t.value_type):
             _check_storage(t.value_type.value_type, dtype, path, "List of FixedSizeList of ")
             tail = _ragged_tail(meta, t.value_type.list_size, path)
-            values = _primitive(child.flatten(), dtype, path).view(len(child), *tail)
+            values = _primitive(_list_values(child), dtype, path).view(len(child), *tail)
         else:
             _check_storage(t.value_type, dtype, path, "List of ")
             _ragged_tail(meta, None, path)

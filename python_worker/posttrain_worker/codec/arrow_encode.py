@@ -33,7 +33,7 @@ from posttrain_worker.codec.format import (
     META_VERSION,
     STORAGE,
     WIRE_FORMAT_VERSION,
-    compact_json,
+    int_list_json,
     tool_calls_json,
 )
 from posttrain_worker.codec.types import TORCH_TO_DTYPE, Column, HistoryColumn, Ragged, TensorBatch
@@ -128,7 +128,7 @@ def _dense(
         (FieldPlan("item", STORAGE[dtype]),),
         (
             (META_EXTENSION_NAME, FIXED_SHAPE_TENSOR),
-            (META_EXTENSION_METADATA, compact_json({"shape": row_shape})),
+            (META_EXTENSION_METADATA, '{"shape":' + int_list_json(row_shape) + "}"),
             dtype_meta,
         ),
     )
@@ -179,7 +179,7 @@ def _ragged(name: str, r: Ragged, rows: int, path: Sequence[str], body: _Body) -
     body.node(total)
     body.validity()
     item = FieldPlan("item", STORAGE[dtype])
-    metadata = ((META_DTYPE, dtype), (META_SHAPE, compact_json([-1, *tail])))
+    metadata = ((META_DTYPE, dtype), (META_SHAPE, int_list_json([-1, *tail])))
     if not tail:
         body.tensor(values)
         return FieldPlan(name, _LIST, (item,), metadata)
@@ -411,7 +411,7 @@ def _plan(batch: TensorBatch) -> _Plan:
     body = _Body()
     fields = _columns(batch.columns, batch_size, (), body)
     schema = _schema_message(
-        fields, ((META_VERSION, WIRE_FORMAT_VERSION), (META_BATCH_SIZE, compact_json(list(batch_size))))
+        fields, ((META_VERSION, WIRE_FORMAT_VERSION), (META_BATCH_SIZE, int_list_json(batch_size)))
     )
     rows = math.prod(batch_size)
     record_batch = _record_batch_message(rows, tuple(body.nodes), tuple(body.buffers), body.length)

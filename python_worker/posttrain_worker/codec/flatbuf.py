@@ -7,6 +7,7 @@ same defaults left out), so both sides produce identical bytes. Keep the two in 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Final
@@ -165,11 +166,21 @@ def record_batch_message(rows: int, nodes: Sequence[int], buffers: Sequence[int]
     return _finish_message(b, HEADER_RECORD_BATCH, b.EndObject(), body_length)
 
 
-def read_message_header(metadata: memoryview) -> tuple[int, int, int]:
+# The same layout sends the same metadata bytes call after call: each reader below parses a given flatbuffer
+# once (its result is immutable; a flatbuffer it rejects raises again each time, exceptions are not cached).
+_PARSED_CACHE_SIZE: Final = 256
+
+
+def read_message_header(metadata: memoryview | bytes) -> tuple[int, int, int]:
     """``(version, header_type, body_length)`` of a Message flatbuffer, with bounds checks.
 
     Raises ``ValueError`` when the flatbuffer offsets point outside ``metadata``.
     """
+    return _read_message_header(bytes(metadata))
+
+
+@functools.lru_cache(maxsize=_PARSED_CACHE_SIZE)
+def _read_message_header(metadata: bytes) -> tuple[int, int, int]:
     n = len(metadata)
 
     def u32(at: int) -> int:
@@ -214,12 +225,17 @@ class RecordBatchHeader:
     compressed: bool
 
 
-def read_record_batch_header(metadata: memoryview) -> RecordBatchHeader:
+def read_record_batch_header(metadata: memoryview | bytes) -> RecordBatchHeader:
     """The record batch of a Message flatbuffer whose header type is ``HEADER_RECORD_BATCH``, bounds-checked.
 
     Read here rather than by pyarrow for split payloads, whose body is not one buffer. Raises ``ValueError``
     when an offset points outside ``metadata``.
     """
+    return _read_record_batch_header(bytes(metadata))
+
+
+@functools.lru_cache(maxsize=_PARSED_CACHE_SIZE)
+def _read_record_batch_header(metadata: bytes) -> RecordBatchHeader:
     n = len(metadata)
 
     def read(at: int, width: int, signed: bool = False) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Final
 
 from posttrain_worker.codec.flatbuf import ArrowType
@@ -41,9 +42,10 @@ STORAGE: Final[dict[str, ArrowType]] = {
 """The Arrow storage type of each dtype."""
 
 
-def compact_json(value: object) -> str:
-    """JSON as the TypeScript side writes it (``JSON.stringify``): no spaces."""
-    return json.dumps(value, separators=(",", ":"))
+def int_list_json(values: Sequence[int]) -> str:
+    """A list of ints (shapes, batch sizes) as JSON the way the TypeScript side writes it (``JSON.stringify``:
+    no spaces); built directly, cheaper than ``json.dumps`` on the path of every encoded payload."""
+    return f"[{','.join(str(int(v)) for v in values)}]"
 
 
 def tool_calls_json(value: object) -> str:

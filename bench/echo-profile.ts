@@ -1,0 +1,90 @@
+// Where a TensorDict echo's time goes (issue 18): a small driver to profile, not a benchmark of record.
+//   npx tsx bench/echo-profile.ts [--mb 1] [--calls 400]
+//   node --cpu-prof --cpu-prof-dir=/tmp/prof --import tsx bench/echo-profile.ts --only td   (client CPU profile)
+// Prints medians (ms) of the raw ZeroMQ echo and `worker.echo(td)` interleaved, and of the client's codec stages
+// timed in a loop (encode = `toArrowParts`, decode = `fromArrow` of the reply's frames). The worker's side is
+// profiled from outside (a `sitecustomize` on PYTHONPATH, see docs/performance.md "Bridge"): nothing here
+// changes what the worker runs.
+import { spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { parseArgs } from "node:util";
+import { Dealer } from "zeromq";
+import { resolvePython } from "../bridge/index.js";
+import { Tensor, TensorDict, WorkerPool } from "../sdk/index.js";
+import { median, round, timeIt } from "./stats.js";
+
+const MB = 1024 * 1024;
+const { values: flags } = parseArgs({
+  options: {
+    mb: { type: "string", default: "1" },
+    calls: { type: "string", default: "400" },
+    only: { type: "string" }, // "raw" or "td": time one side alone (a cleaner profile of it)
+  },
+});
+const mb = Number(flags.mb);
+const calls = Number(flags.calls);
+
+async function rawEcho(dir: string): Promise<{ send: (frame: Uint8Array) => Promise<void>; stop: () => Promise<void> }> {
+  const child = spawn(resolvePython(), [join(import.meta.dirname, "zmq_echo_server.py"), `ipc://${join(dir, "raw.sock")}`], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const bound = await new Promise<string>((resolve) => createInterface({ input: child.stdout }).once("line", resolve));
+  const dealer = new Dealer({ linger: 0 });
+  dealer.connect(bound);
+  return {
+    send: async (frame) => {
+      await dealer.send(frame);
+      await dealer.receive();
+    },
+    stop: async () => {
+      await dealer.send("STOP");
+      dealer.close();
+      await new Promise((r) => child.once("exit", r));
+    },
+  };
+}
+
+const dir = await mkdtemp(join(tmpdir(), "posttrain-echo-profile-"));
+const raw = await rawEcho(dir);
+const pool = await WorkerPool.local({ workers: 1, device: "cpu", transport: "ipc", heartbeatIntervalMs: 0 });
+try {
+  const worker = pool.worker(0);
+  const cols = 1024;
+  const rows = Math.max(1, Math.floor((mb * MB) / 4 / cols));
+  const data = new Float32Array(rows * cols);
+  for (let i = 0; i < data.length; i++) data[i] = i % 4099; // every page written, as in bench/bridge.ts
+  const td = new TensorDict({ x: Tensor.from(data, { dtype: "float32", shape: [rows, cols] }) }, { batchSize: [rows] });
+  const frame = new Uint8Array(mb * MB).fill(3);
+  const rawTimes: number[] = [];
+  const tdTimes: number[] = [];
+  for (let i = 0; i < calls + 20; i++) {
+    let t0 = performance.now();
+    if (flags.only !== "td") await raw.send(frame);
+    const rawMs = performance.now() - t0;
+    t0 = performance.now();
+    if (flags.only !== "raw") await worker.echo(td);
+    const tdMs = performance.now() - t0;
+    if (i >= 20) {
+      rawTimes.push(rawMs);
+      tdTimes.push(tdMs);
+    }
+  }
+  const parts = td.toArrowParts();
+  const encodeMs = await timeIt(() => Promise.resolve(td.toArrowParts()), 200, 20);
+  const decodeMs = await timeIt(() => Promise.resolve(TensorDict.fromArrow(parts)), 200, 20);
+  const out = {
+    mb,
+    calls,
+    rawEchoMs: flags.only === "td" ? null : round(median(rawTimes)),
+    tensordictEchoMs: flags.only === "raw" ? null : round(median(tdTimes)),
+    clientLoopMs: { encode: round(median(encodeMs), 4), decode: round(median(decodeMs), 4) },
+  };
+  process.stdout.write(`${JSON.stringify(out)}\n`);
+} finally {
+  await pool.close();
+  await raw.stop();
+  await rm(dir, { recursive: true, force: true });
+}
