@@ -4,15 +4,13 @@
 // rounds going through every order of the three (stats.ts, timeBalanced), so that all see the same machine state.
 // Throughput = bytes carried in both directions / round-trip time (an echo), in MB/s (1 MB = 2^20 bytes), raw echo
 // and TensorDict echo interleaved.
-import { spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
-import { Dealer } from "zeromq";
 import { resolvePython } from "../bridge/index.js";
 import { Tensor, TensorDict, WorkerPool } from "../sdk/index.js";
+import { rawEcho } from "./raw-echo.js";
 import { machineFacts, median, quantile, round, timeBalanced, timeInterleaved, timeIt } from "./stats.js";
 
 const MB = 1024 * 1024;
@@ -27,31 +25,6 @@ const python = resolvePython();
 
 function log(message: string): void {
   process.stderr.write(`[bench:bridge] ${message}\n`);
-}
-
-/** Starts the raw pyzmq echo server and returns a connected DEALER. */
-async function rawEcho(dir: string): Promise<{ send: (frame: Uint8Array) => Promise<void>; stop: () => Promise<void> }> {
-  const endpoint = transport === "tcp" ? "tcp://127.0.0.1:*" : `ipc://${join(dir, "raw.sock")}`;
-  const child = spawn(python, [join(import.meta.dirname, "zmq_echo_server.py"), endpoint], { stdio: ["ignore", "pipe", "inherit"] });
-  const bound = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: child.stdout }).once("line", resolve);
-    child.once("exit", (code) => {
-      reject(new Error(`echo server exited with ${String(code)}`));
-    });
-  });
-  const dealer = new Dealer({ linger: 0 });
-  dealer.connect(bound);
-  return {
-    send: async (frame) => {
-      await dealer.send(frame);
-      await dealer.receive();
-    },
-    stop: async () => {
-      await dealer.send("STOP");
-      dealer.close();
-      await new Promise((r) => child.once("exit", r));
-    },
-  };
 }
 
 function denseTd(bytes: number): TensorDict {
@@ -96,7 +69,7 @@ async function pythoniaOneMbMs(mod: PythoniaModule): Promise<number> {
 async function main(): Promise<void> {
   const loadBefore = round(loadavg()[0] ?? 0, 2);
   const dir = await mkdtemp(join(tmpdir(), "posttrain-bench-"));
-  const raw = await rawEcho(dir);
+  const raw = await rawEcho(transport === "tcp" ? "tcp://127.0.0.1:*" : `ipc://${join(dir, "raw.sock")}`);
   const pool = await WorkerPool.local({ workers: 1, device: "cpu", transport, heartbeatIntervalMs: 0 });
   const worker = pool.worker(0);
   const pythonia = await startPythonia();

@@ -5,15 +5,12 @@
 // timed in a loop (encode = `toArrowParts`, decode = `fromArrow` of the reply's frames). The worker's side is
 // profiled from outside (a `sitecustomize` on PYTHONPATH, see docs/performance.md "Bridge"): nothing here
 // changes what the worker runs.
-import { spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
-import { Dealer } from "zeromq";
-import { resolvePython } from "../bridge/index.js";
 import { Tensor, TensorDict, WorkerPool } from "../sdk/index.js";
+import { rawEcho } from "./raw-echo.js";
 import { median, round, timeIt } from "./stats.js";
 
 const MB = 1024 * 1024;
@@ -27,28 +24,8 @@ const { values: flags } = parseArgs({
 const mb = Number(flags.mb);
 const calls = Number(flags.calls);
 
-async function rawEcho(dir: string): Promise<{ send: (frame: Uint8Array) => Promise<void>; stop: () => Promise<void> }> {
-  const child = spawn(resolvePython(), [join(import.meta.dirname, "zmq_echo_server.py"), `ipc://${join(dir, "raw.sock")}`], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const bound = await new Promise<string>((resolve) => createInterface({ input: child.stdout }).once("line", resolve));
-  const dealer = new Dealer({ linger: 0 });
-  dealer.connect(bound);
-  return {
-    send: async (frame) => {
-      await dealer.send(frame);
-      await dealer.receive();
-    },
-    stop: async () => {
-      await dealer.send("STOP");
-      dealer.close();
-      await new Promise((r) => child.once("exit", r));
-    },
-  };
-}
-
 const dir = await mkdtemp(join(tmpdir(), "posttrain-echo-profile-"));
-const raw = await rawEcho(dir);
+const raw = await rawEcho(`ipc://${join(dir, "raw.sock")}`);
 const pool = await WorkerPool.local({ workers: 1, device: "cpu", transport: "ipc", heartbeatIntervalMs: 0 });
 try {
   const worker = pool.worker(0);
