@@ -12,6 +12,7 @@ file keeps:
   between engine calls, an engine that dies (at ``generate``, at the load's warm-up, in a weight update);
 - the weight-sync manifest checked by the engine (wrong names/shapes: ``WEIGHT_SYNC_FAILED`` naming the
   target before anything moves), the weights file's removal on failure, ``shutdown_engines``;
+- a torch.distributed (gloo) broadcast into an engine target in another worker, and a manifest it refuses;
 - the fake hook's refusals, load options and limits through a worker, and ``BACKEND_UNAVAILABLE`` without
   vllm. Tensor parallelism and GPU memory behaviour are tested nowhere (no GPU here)."""
 
@@ -49,7 +50,7 @@ from posttrain_worker.models.vllm_import import FAKE_ENV, import_vllm
 from posttrain_worker.models.vllm_worker import WORKER_EXTENSION
 from posttrain_worker.training.weight_sync import IncomingWeights, TensorSpec, sync_in_worker
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-from worker_harness import Client, call, error, load, ok, worker_client
+from worker_harness import Client, call, error, load, ok, ragged, worker_client
 
 TINY_SEED = 4  # conftest's tiny_dir weights
 FAKE_PATH = str(Path(fake_vllm.__file__).resolve())
@@ -461,6 +462,70 @@ def test_vllm_load_options_and_limits_through_the_worker(fake_client: Client, ti
     assert replaced["maxPositionEmbeddings"] == 512
     ok(fake_client.call("unload_model", {"name": "v"})[0])
     assert ok(fake_client.call("ping")[0]) == {}
+
+
+def engine_scores(client: Client, model: str) -> torch.Tensor:
+    """The model's log-probs of two fixed token sequences, concatenated (float32)."""
+    rows = [torch.arange(5, 30), torch.tensor([7, 3, 40, 41, 42, 9])]
+    reply = call(client, "score", {"model": model}, TensorBatch((2,), {"tokens": {"full": ragged(rows)}}))
+    ok(reply)
+    return reply["batch"].columns["log_probs"]["full"].values.clone()
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+def on_both(
+    sender: Client, receiver: Client, method: str, per_side: tuple[dict[str, Any], ...]
+) -> tuple[Any, Any]:
+    """One collective method on both workers at once (the receiver first: it waits for the sender)."""
+    receiver.request(method, per_side[1])
+    first, _ = sender.call(method, per_side[0], timeout=60)
+    second, _ = receiver.recv(timeout=60)
+    return first, second
+
+
+def test_a_gloo_broadcast_into_an_engine_target(fake_client: Client, tiny_dir: Path, tmp_path: Path) -> None:
+    """``weights_broadcast`` (torch.distributed, gloo) from a transformers trainer into a vLLM-backed model in
+    another worker: the engine then scores as the sender; a manifest the engine refuses (another architecture)
+    fails on both ranks before any byte moves, the receiver's error naming the target, and the engine keeps
+    its weights."""
+    other = make_tiny_model(tmp_path / "other", seed=99)  # the same architecture, other weights
+    narrow = make_tiny_model(tmp_path / "narrow", seed=0, hidden_size=32)
+    ok(load(fake_client, "fast", tiny_dir, backend="vllm", replace=True))
+    with worker_client({"policy": other, "narrow": narrow}) as (sender, _):
+        assert max_diff(engine_scores(fake_client, "fast"), engine_scores(sender, "policy")) > 1e-3
+        port = ok(sender.call("free_port")[0])["port"]
+        init = {
+            "backend": "gloo",
+            "initMethod": f"tcp://127.0.0.1:{port}",
+            "worldSize": 2,
+            "timeoutMs": 30_000,
+        }
+        a, b = on_both(sender, fake_client, "dist_init", ({**init, "rank": 0}, {**init, "rank": 1}))
+        assert ok(a)["rank"] == 0 and ok(b)["rank"] == 1
+        try:
+            a, b = on_both(
+                sender,
+                fake_client,
+                "weights_broadcast",
+                ({"model": "policy", "bucketBytes": 50_000}, {"model": "fast", "bucketBytes": 50_000}),
+            )
+            assert ok(a)["policyVersion"] == ok(b)["policyVersion"] == 1
+            assert ok(a)["bytes"] == ok(b)["bytes"] > 0 and ok(b)["buckets"] > 3
+            synced = engine_scores(sender, "policy")
+            assert max_diff(engine_scores(fake_client, "fast"), synced) < 1e-5
+            a, b = on_both(sender, fake_client, "weights_broadcast", ({"model": "narrow"}, {"model": "fast"}))
+            assert "another rank rejected" in error(a, "WEIGHT_SYNC_FAILED")
+            assert "'fast'" in error(b, "WEIGHT_SYNC_FAILED") and b["error"]["details"]["target"] == "fast"
+            assert max_diff(engine_scores(fake_client, "fast"), synced) < 1e-5
+            models = ok(fake_client.call("list_models")[0])["models"]
+            assert next(m["policyVersion"] for m in models if m["name"] == "fast") == 1
+        finally:
+            a, b = on_both(sender, fake_client, "dist_close", ({}, {}))
+            ok(fake_client.call("unload_model", {"name": "fast"})[0])
+        assert ok(a) == ok(b) == {"closed": True}
 
 
 def test_a_worker_without_vllm_answers_backend_unavailable(

