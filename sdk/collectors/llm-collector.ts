@@ -104,6 +104,12 @@ export interface LLMCollectorStats {
   readonly droppedStale: number;
 }
 
+/** A stored row's `"policy_version"` (-Infinity when it has none: such a row is always stale). */
+function rowVersion(row: TensorDict): number {
+  const v = row.get(POLICY_VERSION_KEY, undefined);
+  return v instanceof Tensor ? Number(v.toNumbers()[0]) : -Infinity;
+}
+
 /** True when any element of the row's `("next", "done")` leaf is true. */
 function rowDone(row: TensorDict): boolean {
   const done = row.get(NEXT_DONE_KEY, undefined);
@@ -316,7 +322,7 @@ export class LLMCollector implements AsyncIterable<TensorDict>, AsyncDisposable 
       if (this.#failure !== undefined) throw this.#failure;
       if (o.maxPolicyAge !== undefined && rb.length > 0) {
         const oldest = this.#version - o.maxPolicyAge;
-        const stale = rb.discardBelow(POLICY_VERSION_KEY, oldest); // a row without a version is always stale
+        const stale = rb.discardWhere((row) => rowVersion(row) < oldest);
         dropped += stale;
         if (stale > 0) this.#pulse.notify(); // room for the collector
       }

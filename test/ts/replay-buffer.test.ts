@@ -2,7 +2,6 @@
 // replay-buffer.save.test.ts, MCAdvantage in mc-advantage*.test.ts.
 import { describe, expect, it } from "vitest";
 import {
-  asNestedTensor,
   HistoryBatch,
   InvalidArgumentError,
   KeyNotFoundError,
@@ -310,54 +309,6 @@ describe("ReplayBuffer: take and discardWhere (each row read once, oldest first)
     expect(rb.discardWhere(() => false)).toBe(0);
     rb.extend(rows(1, 7));
     expect(xs(rb.take(3))).toEqual([1, 3, 7]);
-  });
-
-  it("takes a written batch whole as a copy equal to stacking its rows (the GRPO write and take, not split into rows)", () => {
-    // dense, ragged (rows of equal and of different lengths), strings, History and a nested TensorDict
-    const batch = (): TensorDict =>
-      new TensorDict(
-        {
-          x: new Tensor("float32", [3], Float32Array.of(1, 2, 3)),
-          tokens: { full: asNestedTensor([[1, 2], [3], [4, 5, 6]], { dtype: "int64" }), prompt: asNestedTensor([[7], [8], [9]], { dtype: "int64" }) },
-          history: { prompt: HistoryBatch.from([[{ role: "user", content: "a" }], [{ role: "user", content: "b" }], [{ role: "user", content: "c" }]]) },
-          query: ["qa", "qb", "qc"],
-        },
-        { batchSize: [3] },
-      );
-    const whole = new ReplayBuffer({ storage: new LazyStackStorage({ maxSize: 8 }) });
-    const written = batch();
-    whole.extend(written);
-    const taken = whole.take(3);
-    const stacked = new LazyStackStorage();
-    stacked.set([0, 1, 2], batch().unbind(0));
-    const expected = stacked.get([0, 1, 2]);
-    expect(taken.keys({ nested: true, leavesOnly: true })).toEqual(expected.keys({ nested: true, leavesOnly: true }));
-    for (const key of expected.keys({ nested: true, leavesOnly: true })) {
-      const [a, b] = [taken.get(key), expected.get(key)];
-      expect(a?.constructor).toBe(b?.constructor);
-      const plain = (v: unknown): unknown => (v instanceof Tensor || v instanceof RaggedTensor ? v.toArray() : v instanceof HistoryBatch ? v.toJSON() : v);
-      expect(plain(a)).toEqual(plain(b));
-    }
-    taken.getTensor("x", "float32").data.fill(-1);
-    expect(written.getTensor("x").toNumbers()).toEqual([1, 2, 3]); // a copy, as stacking rows makes
-    // part of a batch, or rows of two batches, are stacked row by row
-    whole.extend(batch());
-    expect(whole.take(2).getTensor("x").toNumbers()).toEqual([1, 2]);
-    expect((whole.take(1).get(["tokens", "full"]) as RaggedTensor).toArray()).toEqual([[4n, 5n, 6n]]);
-    // a row handed out and changed is what is read afterwards, as with rows stored one by one
-    whole.extend(rows(3));
-    whole.storage.row(1).set("x", new Tensor("float32", [], Float32Array.of(42)));
-    expect(whole.discardBelow("x", 1)).toBe(1);
-    expect(xs(whole.take(2))).toEqual([42, 2]);
-  });
-
-  it("discardBelow drops the rows whose leaf is below a bound (rows without it too), reading written batches whole", () => {
-    const rb = new ReplayBuffer({ storage: new LazyStackStorage({ maxSize: 8 }) });
-    rb.extend(rows(4)); // x 0..3
-    rb.extend(rows(2, 10).exclude("x")); // no "x": always below
-    expect(rb.discardBelow("x", 2)).toBe(4);
-    expect(rb.discardBelow("x", 2)).toBe(0);
-    expect(xs(rb.take(2))).toEqual([2, 3]);
   });
 
   it("needs a round-robin writer and a sampler that is not prioritized", () => {

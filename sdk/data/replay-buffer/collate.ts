@@ -86,13 +86,3 @@ export function lazyCat(tds: readonly TensorDict[]): TensorDict {
     return lazyStack(tds.flatMap((td) => td.unbind(0)), true).td;
   }
 }
-
-/**
- * `lazyStack(td.unbind(0), true).td` without the rows, for a TensorDict of one batch dimension: a copy of `td` (its
- * rows share their leaves' kinds, dtypes and trailing shapes, and a ragged leaf's rows stay ragged). `undefined` for
- * other batch sizes (stack the rows then).
- */
-export function stackOfRows(td: TensorDict): TensorDict | undefined {
-  if (td.batchDims !== 1 || td.batchSize[0] === 0) return undefined;
-  return td.clone();
-}

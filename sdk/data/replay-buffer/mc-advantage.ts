@@ -116,14 +116,6 @@ const CountersStateSchema = z.strictObject({
   droppedGroups: z.number().int().min(0),
 });
 
-/** Reward elements per row of a reward leaf (the rows' slices of its `leafNumbers`, in order). */
-function rowSizes(reward: Tensor | RaggedTensor): number[] {
-  const rows = reward instanceof Tensor ? reward.shape[0]! : reward.rows;
-  if (reward instanceof Tensor) return new Array<number>(rows).fill(reward.shape.slice(1).reduce((a, b) => a * b, 1));
-  const tail = reward.tailShape.reduce((a, b) => a * b, 1);
-  return Array.from({ length: rows }, (_, i) => (reward.offsets[i + 1]! - reward.offsets[i]!) * tail);
-}
-
 function rewardLeaf(td: TensorDict, key: NestedKey): Tensor | RaggedTensor {
   const value = td.get(key);
   if (value instanceof Tensor || value instanceof RaggedTensor) return value;
@@ -205,8 +197,7 @@ export class MCAdvantage implements ReplayBufferTransform {
     if (ids === undefined) return undefined;
     const c = this.#counters;
     const pending = new Map<string, number[]>();
-    // the groups completed here, in completion order, with what was held for each
-    const completed: { held: TensorDict[]; rows: number[] }[] = [];
+    const out: TensorDict[] = [];
     ids.forEach((id, row) => {
       c.completedTrajectories += 1;
       c.completedDecisions += 1;
@@ -219,45 +210,15 @@ export class MCAdvantage implements ReplayBufferTransform {
       pending.delete(id);
       c.completedGroups += 1;
       c.writtenGroups += 1;
-      completed.push({ held, rows });
+      const fresh = td.index(Int32Array.from(rows)); // a copy: not a view of the caller's data
+      out.push(this.#perStep(held.length === 0 ? [fresh] : [...held, fresh]));
     });
     for (const [id, rows] of pending) {
       const queue = this.#queues.get(id) ?? [];
       for (const row of rows) queue.push(td.index({ start: row, stop: row + 1 }).clone());
       this.#queues.set(id, queue);
     }
-    if (completed.length === 0) return null;
-    if (completed.every((g) => g.held.length === 0)) return this.#perStepGroups(td, completed.map((g) => g.rows));
-    const out = completed.map(({ held, rows }) => {
-      const fresh = td.index(Int32Array.from(rows)); // a copy: not a view of the caller's data
-      return this.#perStep(held.length === 0 ? [fresh] : [...held, fresh]);
-    });
-    return lazyCat(out);
-  }
-
-  /**
-   * `#perStep` of each group of `td`'s rows `groups` (none held back), concatenated: what `lazyCat` of the groups
-   * gives, from one copy of their rows instead of one per group and a concatenation (the GRPO write's hot path).
-   */
-  #perStepGroups(td: TensorDict, groups: readonly number[][]): TensorDict {
-    const o = this.#options;
-    const rows = Int32Array.from(groups.flat());
-    // not a view of the caller's data: a run of consecutive rows indexes as a view, so it is cloned
-    const consecutive = rows.every((r, i) => i === 0 || r === rows[i - 1]! + 1);
-    const out = consecutive ? td.index(rows).clone() : td.index(rows);
-    const reward = rewardLeaf(out, o.rewardsKey);
-    const values = leafNumbers(out, o.rewardsKey, "MCAdvantage");
-    const sizes = rowSizes(reward);
-    const advantage = new Float64Array(values.length);
-    let row = 0;
-    let start = 0;
-    for (const group of groups) {
-      let end = start;
-      for (let i = 0; i < group.length; i++) end += sizes[row++]!;
-      advantage.set(normalizeGroup(values.subarray(start, end), o.eps), start);
-      start = end;
-    }
-    return out.set(o.advantageKey, likeReward(reward, advantage));
+    return out.length === 0 ? null : lazyCat(out);
   }
 
   /** The read path: unchanged. */

@@ -188,23 +188,7 @@ export class ReplayBuffer implements Iterable<TensorDict> {
       if (transform.inv !== undefined) data = transform.inv(data);
     }
     if (data === null) return new Int32Array(0);
-    // not for a subclass of the writer, whose positions may read the rows, nor for a storage with its own `set`
-    const roundRobin = this.writer instanceof RoundRobinWriter && this.writer.constructor === RoundRobinWriter;
-    const plainSet = this.storage.set === Storage.prototype.set;
-    if (roundRobin && plainSet && !(this.sampler instanceof PrioritizedSampler) && data.batchDims === 1) return this.#writeChunk(this.writer, data);
     return this.#write(unbindRows(data, `ReplayBuffer.extend (after transform inv)`), data);
-  }
-
-  /** `#write` of `data`'s rows without splitting it (a round-robin writer reads no row): see `Storage.setChunk`. */
-  #writeChunk(writer: RoundRobinWriter, data: TensorDict): Int32Array {
-    const n = data.batchSize[0]!;
-    if (n === 0) return new Int32Array(0);
-    const positions = writer.next(n, this.storage);
-    // as #write: ascending positions, and of two rows sent to one position the later is written last
-    const order = Array.from({ length: n }, (_, i) => i).sort((a, b) => positions[a]! - positions[b]!);
-    this.storage.setChunk(Int32Array.from(order, (i) => positions[i]!), data, Int32Array.from(order));
-    this.sampler.onWrite?.(positions);
-    return positions;
   }
 
   /** Writes one element (a TensorDict of any batch size, stored as one row), as `extend(td.unsqueeze(0))`. */
@@ -302,19 +286,6 @@ export class ReplayBuffer implements Iterable<TensorDict> {
     return order.length - kept.length;
   }
 
-  /**
-   * Removes the stored rows whose leaf `key` (its first element) is below `min`, rows without that tensor leaf too,
-   * and returns how many: {@link discardWhere} on one number per row, read without splitting stored batches into
-   * rows (the collector's staleness check). Same requirements as {@link take}.
-   */
-  discardBelow(key: NestedKey, min: number): number {
-    this.#checkRemovable("discardBelow");
-    const order = this.#writeOrder();
-    const kept = order.filter((p) => !(this.storage.firstNumber(p, key) < min));
-    if (kept.length !== order.length) this.#keep(kept);
-    return order.length - kept.length;
-  }
-
   #checkRemovable(method: string): void {
     if (!(this.writer instanceof RoundRobinWriter) || this.sampler instanceof PrioritizedSampler) {
       throw new InvalidArgumentError(
@@ -326,21 +297,18 @@ export class ReplayBuffer implements Iterable<TensorDict> {
   /** Storage positions, oldest write first: once the storage is full, the round-robin cursor points at the oldest row. */
   #writeOrder(): number[] {
     const n = this.storage.length;
-    const start = n < this.storage.maxSize ? 0 : this.#roundRobin().nextPosition;
+    const start = n < this.storage.maxSize ? 0 : this.writer.state().cursor as number;
     return Array.from({ length: n }, (_, i) => (start + i) % n);
   }
 
   /** Keeps only the rows at `positions` (in that order), moved to positions 0.. so later writes follow them. */
   #keep(positions: readonly number[]): void {
-    this.storage.keep(positions);
-    this.#roundRobin().moveTo(positions.length % this.storage.maxSize);
+    const rows = positions.map((p) => this.storage.row(p));
+    const { writeCount } = this.writer.state() as { writeCount: number };
+    this.storage.empty();
+    this.storage.set(Int32Array.from(rows, (_, i) => i), rows);
+    this.writer.loadState({ cursor: rows.length % this.storage.maxSize, writeCount });
     this.sampler.empty();
-  }
-
-  /** The writer of a buffer that removes rows (`#checkRemovable` passed). */
-  #roundRobin(): RoundRobinWriter {
-    if (!(this.writer instanceof RoundRobinWriter)) throw new InvalidArgumentError(`ReplayBuffer: removing rows needs a RoundRobinWriter, got a ${this.writer.constructor.name}`);
-    return this.writer;
   }
 
   /** Removes every row and resets the sampler and the writer (`writeCount` included). */

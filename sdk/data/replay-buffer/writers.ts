@@ -70,30 +70,15 @@ export class RoundRobinWriter extends Writer {
   readonly kind = "round-robin";
 
   positions(rows: readonly TensorDict[], storage: Storage): Int32Array {
-    return this.next(rows.length, storage);
-  }
-
-  /** The positions of `count` rows written next (round-robin reads no row). @internal */
-  next(count: number, storage: Storage): Int32Array {
-    const out = new Int32Array(count);
-    for (let i = 0; i < count; i++) out[i] = (this.cursor + i) % storage.maxSize;
-    this.cursor = (this.cursor + count) % storage.maxSize;
-    this.countWrites(count);
+    const out = new Int32Array(rows.length);
+    for (let i = 0; i < rows.length; i++) out[i] = (this.cursor + i) % storage.maxSize;
+    this.cursor = (this.cursor + rows.length) % storage.maxSize;
+    this.countWrites(rows.length);
     return out;
   }
 
   config(): JSONObject {
     return {};
-  }
-
-  /** The next write position: the oldest row once the storage is full. @internal */
-  get nextPosition(): number {
-    return this.cursor;
-  }
-
-  /** Moves the cursor (the buffer compacts its storage when it removes rows); `writeCount` stays. @internal */
-  moveTo(position: number): void {
-    this.cursor = position;
   }
 }
 
