@@ -292,9 +292,9 @@ def test_shutdown_engines_stops_every_running_engine(tiny_dir: Path, monkeypatch
     cores = [first.llm.llm_engine.engine_core, second.llm.llm_engine.engine_core]
     second.shutdown()  # already stopped: not stopped twice
     monkeypatch.setattr(vllm_engine, "_running", weakref.WeakSet([first]))
-    assert vllm_engine.shutdown_engines(timeout_s=5) == 1
+    assert vllm_engine.shutdown_engines() == 1
     assert all(core.shut_down for core in cores) and first.llm is None
-    assert vllm_engine.shutdown_engines(timeout_s=5) == 0
+    assert vllm_engine.shutdown_engines() == 0
 
 
 def weight_folders() -> set[Path]:

@@ -44,8 +44,6 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-import threading
-import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -80,8 +78,6 @@ CPU_SAFE_DTYPES = ("float32", "float16")
 SHARED_MEMORY = "/dev/shm"
 """Where the weights file of an update goes when it has room (RAM, no disk), else the default temp dir."""
 
-SHUTDOWN_TIMEOUT_S = 10.0
-"""How long :func:`shutdown_engines` waits for the engines to stop, all together."""
 
 REQUEST_SEED_BITS = 62
 """vLLM gives the ``i``-th of ``n`` samples of a request the seed ``seed + i``: 62 bits leave that room."""
@@ -280,21 +276,16 @@ _running: weakref.WeakSet[VllmEngine] = weakref.WeakSet()
 """The engines started in this process and not shut down yet."""
 
 
-def shutdown_engines(timeout_s: float = SHUTDOWN_TIMEOUT_S) -> int:
-    """Stops every engine still running (best effort, in daemon threads, ``timeout_s`` for all of them):
-    vLLM's engine processes do not watch the worker, and an exit that skips this leaves them running. Run at
-    interpreter exit (``atexit``) and by the server before ``os._exit``. Returns how many were running."""
+def shutdown_engines() -> int:
+    """Stops every engine still running (best effort, one after the other, in the calling thread): vLLM's
+    engine processes do not watch the worker, and an exit that skips this leaves them running. Run at
+    interpreter exit (``atexit``) and by the server before ``os._exit`` (which bounds it in a thread of its
+    own). Not in daemon threads here: one still inside vLLM when the interpreter finalizes aborts the
+    process (SIGABRT), and vLLM bounds its own shutdown (it kills an engine process after a grace period).
+    Returns how many were running."""
     engines = list(_running)
-    threads = []
     for engine in engines:
-        thread = threading.Thread(target=engine.shutdown_quietly, name="vllm-shutdown", daemon=True)
-        thread.start()
-        threads.append(thread)
-    deadline = time.monotonic() + timeout_s
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    if any(thread.is_alive() for thread in threads):
-        log.warning("a vLLM engine did not stop within %.0f s", timeout_s)
+        engine.shutdown_quietly()
     return len(engines)
 
 
