@@ -178,15 +178,20 @@ def test_corrupted_split_metadata_raises_only_codec_error() -> None:
             pass
 
 
-def test_a_buffer_reaching_past_its_body_is_refused_as_in_one_frame() -> None:
-    # A tampered stream whose data buffer runs 8 bytes into the end-of-stream marker: pyarrow refuses it in
-    # one frame, and the split reader must too (its buffers may not leave their own message's body).
+def _four_int64_stream() -> tuple[bytes, int, bytes]:
+    """The stream of a batch of 4 int64s, where its record batch's body starts, and the bytes of its data
+    buffer's (offset, length) region in the metadata, for tampering."""
     batch = TensorBatch(batch_size=(4,), columns={"x": torch.arange(4, dtype=torch.int64)})
     stream = bytes(encode_batch(batch))
     schema_end = 8 + int.from_bytes(stream[4:8], "little")
     meta_length = int.from_bytes(stream[schema_end + 4 : schema_end + 8], "little")
-    body_start = schema_end + 8 + meta_length
-    region = (0).to_bytes(8, "little") + (32).to_bytes(8, "little")
+    return stream, schema_end + 8 + meta_length, (0).to_bytes(8, "little") + (32).to_bytes(8, "little")
+
+
+def test_a_buffer_reaching_past_its_body_is_refused_as_in_one_frame() -> None:
+    # A tampered stream whose data buffer runs 8 bytes into the end-of-stream marker: pyarrow refuses it in
+    # one frame, and the split reader must too (its buffers may not leave their own message's body).
+    stream, body_start, region = _four_int64_stream()
     assert stream.count(region) == 1
     tampered = stream.replace(region, (8).to_bytes(8, "little") + (32).to_bytes(8, "little"))
     with pytest.raises(CodecError):
@@ -201,18 +206,14 @@ def test_a_buffer_reaching_past_its_body_is_refused_as_in_one_frame() -> None:
 def test_parsed_headers_are_reused_by_their_bytes_but_a_bad_message_is_refused_every_time() -> None:
     # The readers keep parsed flatbuffers by their bytes: a tampered copy of a layout already read is other
     # bytes, read and refused; a refusal is not remembered as a parse, so it comes again.
-    batch = TensorBatch(batch_size=(4,), columns={"x": torch.arange(4, dtype=torch.int64)})
-    stream = bytes(encode_batch(batch))
-    schema_end = 8 + int.from_bytes(stream[4:8], "little")
-    meta_length = int.from_bytes(stream[schema_end + 4 : schema_end + 8], "little")
-    body_start = schema_end + 8 + meta_length
-    region = (0).to_bytes(8, "little") + (32).to_bytes(8, "little")
+    stream, body_start, region = _four_int64_stream()
     misaligned = stream.replace(region, (4).to_bytes(8, "little") + (24).to_bytes(8, "little"))
     for _ in range(2):
         good = decode_batch([stream[:body_start], stream[body_start:]]).columns["x"]
         assert isinstance(good, torch.Tensor) and good.tolist() == [0, 1, 2, 3]
         with pytest.raises(CodecError, match="8-byte aligned"):
             decode_batch([misaligned[:body_start], misaligned[body_start:]])
+    schema_end = 8 + int.from_bytes(stream[4:8], "little")
     metadata = stream[schema_end + 8 : body_start]
     assert read_record_batch_header(metadata).buffers[1] == (0, 32)
     bad_root = b"\xff\xff\xff\x7f" + metadata[4:]
