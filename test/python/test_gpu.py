@@ -16,7 +16,7 @@ import torch
 import zmq
 from posttrain_worker.codec import TensorBatch, encode_batch
 from posttrain_worker.models import make_tiny_model
-from training_harness import create, rollout, step, weights
+from training_harness import GRPO, create, rollout, step, weights
 from transformers import AutoModelForCausalLM
 from worker_harness import Client, Worker, call, load, ok, rows_of, start_worker, stop_worker
 
@@ -107,8 +107,16 @@ def test_a_loaded_model_sits_on_the_gpu_and_generates_there(gpu: Client, tiny_di
     columns: Any = batch.columns
     full = TensorBatch((batch.rows,), {"tokens": {"full": columns["tokens"]["full"]}})
     scored = ok_batch(call(gpu, "score", {"model": "policy"}, full)).columns["log_probs"]["full"]
-    for got, want in zip(rows_of(scored), rows_of(columns["log_probs"]["full"]), strict=True):
-        assert torch.allclose(got, want, atol=1e-3), (got - want).abs().max()
+    pairs = zip(
+        rows_of(scored),
+        rows_of(columns["log_probs"]["full"]),
+        rows_of(columns["tokens"]["prompt"]),
+        strict=True,
+    )
+    for got, want, prompt in pairs:  # generation reports log-probs of the generated tokens only
+        assert torch.allclose(got[prompt.numel() :], want[prompt.numel() :], atol=1e-3), (
+            (got - want).abs().max()
+        )
     # the weights come back from the GPU as the file holds them
     reference = AutoModelForCausalLM.from_pretrained(tiny_dir).state_dict()
     got = weights(gpu, "policy")
@@ -153,7 +161,7 @@ def test_an_nccl_trainer_group_all_reduces_to_the_lone_update(gpu: Client, tiny_
         )
         assert all(j["backend"] == "nccl" and j["worldSize"] == count for j in joined), joined
         _all(ranks, "load_model", [{"name": "policy", "path": str(tiny_dir), "replace": True}] * count)
-        trainer = {"model": "policy", "optimizer": SGD, "gradClip": None, "replace": True}
+        trainer = {"model": "policy", "loss": GRPO, "optimizer": SGD, "gradClip": None, "replace": True}
         _all(ranks, "trainer_create", [{**trainer, "parallel": {"strategy": "ddp"}}] * count)
         ok(load(gpu, "alone", tiny_dir, replace=True))
         create(gpu, "alone", optimizer=SGD, gradClip=None)
