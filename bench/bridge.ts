@@ -2,16 +2,18 @@
 //   npm run bench:bridge [-- --transport ipc|tcp] [-- --quick]
 // No-op round trips: a raw pyzmq echo, the SDK's `worker.ping()` and a pythonia call, one of each per round, the
 // rounds going through every order of the three (stats.ts, timeBalanced), so that all see the same machine state.
-// Throughput = bytes carried in both directions / round-trip time (an echo), in MB/s (1 MB = 2^20 bytes), raw echo
-// and TensorDict echo interleaved.
+// Throughput = bytes carried in both directions / round-trip time (an echo), in MB/s (1 MB = 2^20 bytes): the raw
+// echo, `worker.echo(td)` (an inline method: run by the worker's I/O thread when it is idle) and the same echo on the
+// compute thread (`compute_echo`, bench/compute_echo_extension.py: what a model method's TensorDict pays), one of
+// each per round in every order.
 import { mkdtemp, rm } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { resolvePython } from "../bridge/index.js";
-import { Tensor, TensorDict, WorkerPool } from "../sdk/index.js";
+import { Tensor, TensorDict, WorkerPool, type WorkerClient } from "../sdk/index.js";
 import { rawEcho } from "./raw-echo.js";
-import { machineFacts, median, quantile, round, timeBalanced, timeInterleaved, timeIt } from "./stats.js";
+import { machineFacts, median, quantile, round, timeBalanced, timeIt } from "./stats.js";
 
 const MB = 1024 * 1024;
 const { values: flags } = parseArgs({
@@ -19,7 +21,9 @@ const { values: flags } = parseArgs({
 });
 const transport = flags.transport === "tcp" ? "tcp" : "ipc";
 const sizesMb = flags.quick ? [1, 16] : [1, 16, 256];
-const reps = (mb: number): number => (mb >= 256 ? 5 : mb >= 16 ? 15 : 40);
+// Rounds per size: on the shared VM the raw echo's own median moved by half between runs of 40 (1 MB) and 15 (16 MB)
+// rounds; more rounds cost little below 256 MB.
+const reps = (mb: number): number => (mb >= 256 ? 5 : mb >= 16 ? 30 : 120);
 const NOOP_ROUNDS = flags.quick ? 1000 : 3000;
 const python = resolvePython();
 
@@ -35,6 +39,14 @@ function denseTd(bytes: number): TensorDict {
   // echo's filled frame, which would flatter the TensorDict side.
   for (let i = 0; i < data.length; i++) data[i] = i % 4099;
   return new TensorDict({ x: Tensor.from(data, { dtype: "float32", shape: [rows, cols] }) }, { batchSize: [rows] });
+}
+
+/** `td` through the worker's compute thread and back: `echo`'s handler, registered without `inline`. */
+async function computeEcho(worker: WorkerClient, td: TensorDict): Promise<TensorDict> {
+  const reply = await worker.connection.request("compute_echo", {}, [{ kind: "tensordict", data: td.toArrowParts() }]);
+  const payload = reply.payloads[0];
+  if (reply.payloads.length !== 1 || payload?.kind !== "tensordict") throw new Error("compute_echo: expected one tensordict back");
+  return TensorDict.fromArrow(payload.data);
 }
 
 interface PythoniaModule {
@@ -70,7 +82,8 @@ async function main(): Promise<void> {
   const loadBefore = round(loadavg()[0] ?? 0, 2);
   const dir = await mkdtemp(join(tmpdir(), "posttrain-bench-"));
   const raw = await rawEcho(transport === "tcp" ? "tcp://127.0.0.1:*" : `ipc://${join(dir, "raw.sock")}`);
-  const pool = await WorkerPool.local({ workers: 1, device: "cpu", transport, heartbeatIntervalMs: 0 });
+  const extensions = [join(import.meta.dirname, "compute_echo_extension.py")];
+  const pool = await WorkerPool.local({ workers: 1, device: "cpu", transport, heartbeatIntervalMs: 0, extensions });
   const worker = pool.worker(0);
   const pythonia = await startPythonia();
   try {
@@ -81,22 +94,29 @@ async function main(): Promise<void> {
     const [rawSmall = [], rpc = [], pyCalls = []] = await timeBalanced(noops, NOOP_ROUNDS, 300);
 
     const transfer: Record<string, { ratioToRaw: number } & Record<string, number>> = {};
+    const throughput = (mb: number, ms: number): number => (2 * mb) / (ms / 1000);
     for (const mb of sizesMb) {
       log(`${mb} MB transfers`);
       const td = denseTd(mb * MB);
       const payloadBytes = td.toArrow().byteLength;
       const frame = new Uint8Array(mb * MB).fill(3);
-      const [rawTimes, tdTimes] = await timeInterleaved(() => raw.send(frame), () => worker.echo(td), reps(mb), 2);
-      const rawMs = median(rawTimes);
-      const tdMs = median(tdTimes);
-      const rawMBs = (2 * mb) / (rawMs / 1000);
-      const tdMBs = (2 * (payloadBytes / MB)) / (tdMs / 1000);
+      const [rawTimes = [], tdTimes = [], computeTimes = []] = await timeBalanced(
+        [() => raw.send(frame), () => worker.echo(td), () => computeEcho(worker, td)],
+        reps(mb),
+        2,
+      );
+      const rawMBs = throughput(mb, median(rawTimes));
+      const tdMBs = throughput(payloadBytes / MB, median(tdTimes));
+      const computeMBs = throughput(payloadBytes / MB, median(computeTimes));
       transfer[`${mb}MB`] = {
-        rawZmqMs: round(rawMs),
-        tensordictMs: round(tdMs),
+        rawZmqMs: round(median(rawTimes)),
+        tensordictMs: round(median(tdTimes)),
+        computeThreadMs: round(median(computeTimes)),
         rawZmqMBps: round(rawMBs, 1),
         tensordictMBps: round(tdMBs, 1),
+        computeThreadMBps: round(computeMBs, 1),
         ratioToRaw: round(tdMBs / rawMBs),
+        computeThreadRatioToRaw: round(computeMBs / rawMBs),
       };
     }
     log("pythonia 1 MB baseline");

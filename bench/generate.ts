@@ -1,5 +1,6 @@
 // Generation benchmark (issues 3 and 18). Prints one JSON object; progress goes to stderr.
 //   npm run bench:generate [-- --model tiny|small|medium] [--new-tokens 64..256] [--batch N] [--reps N] [--quick]
+//                          [--worker-timing]
 // Tokens/s of `worker.generate` / `worker.score` through the SDK (TS -> bridge -> worker) against Hugging Face
 // `model.generate` and a one-forward scoring called in-process by bench/generate_inprocess.py, on the same
 // model (a bench/model-presets.ts preset), prompts, lengths and greedy decoding. The two sides are timed
@@ -7,7 +8,8 @@
 // reports the time measured inside Python. The SDK counts the tokens it actually generated (a row may end early
 // on eos); the in-process side forces exactly maxNewTokens per row. Where vLLM is importable by the worker's
 // Python, its offline `LLM.generate` is timed the same way (interleaved, same prompts, eos ignored); otherwise
-// the JSON says `"vllm": {"skipped": "not installed"}`.
+// the JSON says `"vllm": {"skipped": "not installed"}`. A second in-process baseline also returns the generated
+// tokens' log-probs (from HF's per-step logits), as the SDK's reply does: `generate.ratioWithLogProbs`.
 import { spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -16,6 +18,7 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { resolvePython } from "../bridge/index.js";
 import { InvalidArgumentError, RaggedTensor, Tensor, TensorDict, WorkerPool } from "../sdk/index.js";
+import { WorkerTimings } from "./grpo-worker-timing.js";
 import { MODEL_PRESETS, buildBenchModel, parseModelPreset } from "./model-presets.js";
 import { median, round } from "./stats.js";
 
@@ -26,6 +29,7 @@ const { values: flags } = parseArgs({
     "new-tokens": { type: "string" },
     batch: { type: "string" },
     reps: { type: "string" },
+    "worker-timing": { type: "boolean", default: false },
   },
 });
 
@@ -74,7 +78,7 @@ function ragged(rows: readonly (readonly number[])[]): RaggedTensor {
 }
 
 interface InProcess {
-  run: (command: "generate" | "score" | "vllm") => Promise<{ ms: number; tokens: number }>;
+  run: (command: "generate" | "generate-logprobs" | "score" | "vllm") => Promise<{ ms: number; tokens: number }>;
   threads: number;
   /** vLLM's version where the Python can import it, else null. */
   vllm: string | null;
@@ -123,29 +127,32 @@ interface Sample {
   tokens: number;
 }
 
-/** Alternates `sdk` and `inproc` (warm-up untimed), returning each side's samples. */
-async function interleave(
-  sdk: () => Promise<Sample>,
-  inproc: () => Promise<Sample>,
-  reps = config.reps,
-): Promise<[Sample[], Sample[]]> {
+/** Runs the sides in turn, one rep of each (warm-up untimed), returning each side's samples. */
+async function interleave(sides: readonly (() => Promise<Sample>)[], reps = config.reps): Promise<Sample[][]> {
   for (let i = 0; i < config.warmup; i++) {
-    await sdk();
-    await inproc();
+    for (const side of sides) await side();
   }
-  const a: Sample[] = [];
-  const b: Sample[] = [];
+  const samples: Sample[][] = sides.map(() => []);
   for (let i = 0; i < reps; i++) {
-    a.push(await sdk());
-    b.push(await inproc());
+    for (const [j, side] of sides.entries()) samples[j]?.push(await side());
   }
-  return [a, b];
+  return samples;
 }
 
 function summarize(samples: Sample[]): { medianMs: number; tokens: number; tokensPerS: number } {
   const ms = median(samples.map((s) => s.ms));
   const tokens = median(samples.map((s) => s.tokens));
   return { medianMs: round(ms, 1), tokens, tokensPerS: round(tokens / (ms / 1000), 1) };
+}
+
+/**
+ * Median milliseconds per part over the SDK's generate reps (`--worker-timing`, the warm-up's included): `call.generate`
+ * (the worker's whole call: payload decode, method, reply encode), `generation` (the decoding loop), `prompts`,
+ * `outcome`, and `transportAndTs` (the SDK's time less the worker's call).
+ */
+function medianSplit(split: readonly Record<string, number>[]): Record<string, number> {
+  const keys = [...new Set(split.flatMap((s) => Object.keys(s)))];
+  return Object.fromEntries(keys.map((k) => [k, round(median(split.map((s) => s[k] ?? 0)), 2)]));
 }
 
 type VllmReport = { skipped: string } | { sdk: ReturnType<typeof summarize>; vllm: ReturnType<typeof summarize>; ratio: number };
@@ -159,7 +166,7 @@ async function benchVllm(py: InProcess, generate: () => Promise<TensorDict>): Pr
   if (py.vllm === null) return { skipped: "not installed" };
   log(`vllm ${py.vllm}: ${config.warmup} warm-up + ${config.reps} interleaved reps`);
   try {
-    const [sdk, engine] = await interleave(
+    const [sdk = [], engine = []] = await interleave([
       async () => {
         const t0 = performance.now();
         const out = await generate();
@@ -167,7 +174,7 @@ async function benchVllm(py: InProcess, generate: () => Promise<TensorDict>): Pr
         return { ms, tokens: out.getRagged(["tokens", "response"]).lengths().reduce((s, n) => s + n, 0) };
       },
       () => py.run("vllm"),
-    );
+    ]);
     const a = summarize(sdk);
     const b = summarize(engine);
     return { sdk: a, vllm: b, ratio: round(a.tokensPerS / b.tokensPerS) };
@@ -183,7 +190,15 @@ async function main(): Promise<void> {
     const built = await buildBenchModel(preset, join(dir, "model"), { seed: config.model.seed });
     log(`${String(built.parameters)} parameters, vocabulary ${String(built.vocabSize)}`);
     const prompts = makePrompts();
-    const pool = await WorkerPool.local({ workers: 1, device: "cpu", heartbeatIntervalMs: 0 });
+    // --worker-timing: the worker runs under bench/grpo_timed_worker.py, so that each SDK call splits into the
+    // worker's decoding loop, its glue (prompt rows, reply columns, payload codec) and the transport
+    const workerTimings = flags["worker-timing"] ? await WorkerTimings.create(dir, python) : null;
+    const pool = await WorkerPool.local({
+      workers: 1,
+      device: "cpu",
+      heartbeatIntervalMs: 0,
+      ...(workerTimings !== null ? { python: workerTimings.python } : {}),
+    });
     const worker = pool.worker(0);
     let inproc: InProcess | undefined;
     try {
@@ -204,30 +219,39 @@ async function main(): Promise<void> {
       const py = inproc;
 
       log(`generate: ${config.warmup} warm-up + ${config.reps} interleaved reps`);
-      const [sdkGen, pyGen] = await interleave(
+      const split: Record<string, number>[] = [];
+      await workerTimings?.take(); // drop the lines of the calls so far
+      const [sdkGen = [], pyGen = [], pyGenLogProbs = []] = await interleave([
         async () => {
           const t0 = performance.now();
           const out = await generate();
           const ms = performance.now() - t0;
           const lengths = out.getRagged(["tokens", "response"]).lengths();
+          if (workerTimings !== null) {
+            const parts = await workerTimings.take();
+            split.push({ ...parts, transportAndTs: ms - (parts["call.generate"] ?? 0) });
+          }
           return { ms, tokens: lengths.reduce((s, n) => s + n, 0) };
         },
         () => py.run("generate"),
-      );
+        () => py.run("generate-logprobs"),
+      ]);
       const scoreReps = config.scoreRepsFactor * config.reps; // a score call is short: more reps for a stable median
       log(`score: ${config.warmup} warm-up + ${scoreReps} interleaved reps`);
       const scoredTokens = full.reduce((s, r) => s + r.length, 0);
-      const [sdkScore, pyScore] = await interleave(
-        async () => {
-          const t0 = performance.now();
-          await worker.score("policy", fullTd);
-          return { ms: performance.now() - t0, tokens: scoredTokens };
-        },
-        () => py.run("score"),
+      const [sdkScore = [], pyScore = []] = await interleave(
+        [
+          async () => {
+            const t0 = performance.now();
+            await worker.score("policy", fullTd);
+            return { ms: performance.now() - t0, tokens: scoredTokens };
+          },
+          () => py.run("score"),
+        ],
         scoreReps,
       );
 
-      const generate_ = { sdk: summarize(sdkGen), inProcess: summarize(pyGen) };
+      const generate_ = { sdk: summarize(sdkGen), inProcess: summarize(pyGen), inProcessWithLogProbs: summarize(pyGenLogProbs) };
       const score = { sdk: summarize(sdkScore), inProcess: summarize(pyScore) };
       const generateRatio = generate_.sdk.tokensPerS / generate_.inProcess.tokensPerS;
       const scoreRatio = score.sdk.tokensPerS / score.inProcess.tokensPerS;
@@ -241,11 +265,19 @@ async function main(): Promise<void> {
           node: process.version,
           torch: worker.info.torch,
           inProcessThreads: py.threads,
+          // both sides inherit it; under load, spinning OpenMP threads (the default) slow either side by up to 20x
+          ompWaitPolicy: process.env.OMP_WAIT_POLICY ?? null,
         },
         sdkFinishReasons: Object.fromEntries(
           [...new Set(finishReasons)].map((r) => [r, finishReasons.filter((x) => x === r).length]),
         ),
-        generate: { ...generate_, ratio: round(generateRatio) },
+        generate: {
+          ...generate_,
+          ratio: round(generateRatio),
+          // against HF `generate` also returning the generated tokens' log-probs, as the SDK's reply does
+          ratioWithLogProbs: round(generate_.sdk.tokensPerS / generate_.inProcessWithLogProbs.tokensPerS),
+          ...(workerTimings !== null ? { workerSplitMs: medianSplit(split) } : {}),
+        },
         score: { ...score, ratio: round(scoreRatio) },
         vllm,
         targets: { "generate >= 1.0x in-process HF": generateRatio >= 1.0 },

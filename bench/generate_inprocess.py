@@ -11,8 +11,10 @@ and a ``log_softmax`` gather of each next token.
 
 Without ``--serve``: warm-up, then ``--reps`` timed runs of each; prints one JSON object (medians) on stdout.
 With ``--serve``: prints ``{"ready": true, "threads": n, "vllm": version or null}``, then answers each stdin
-line ``generate`` / ``score`` / ``vllm`` with ``{"ms": ..., "tokens": ...}`` (the time measured in here), so
-that a caller can interleave its own timings with these; ``quit`` ends. ``vllm`` (only where vLLM is
+line ``generate`` / ``generate-logprobs`` (the same call also returning each step's logits, and the
+generated tokens' log-probs taken from them: what the SDK's ``generate`` returns) / ``score`` / ``vllm``
+with ``{"ms": ..., "tokens": ...}`` (the time measured in here), so that a caller can interleave its own
+timings with these; ``quit`` ends. ``vllm`` (only where vLLM is
 importable) times vLLM's offline ``LLM.generate`` on the same prompts, greedy, exactly ``maxNewTokens`` per
 row (eos ignored); the engine is built on the first ``vllm`` line, and a failure answers ``{"error": ...}``.
 """
@@ -59,8 +61,10 @@ class Baseline:
         pad = self.model.generation_config.pad_token_id
         self.pad_id = int(pad) if isinstance(pad, int) else 0
 
-    def generate(self) -> tuple[float, int]:
-        """One ``model.generate`` call: (ms, generated tokens)."""
+    def generate(self, log_probs: bool = False) -> tuple[float, int]:
+        """One ``model.generate`` call: (ms, generated tokens). With ``log_probs``, it also returns the raw
+        logits of each step and takes the log-probability of each generated token from them, as TorchRL's
+        TransformersWrapper does: the outputs the SDK's ``generate`` returns (tokens and their log-probs)."""
         torch.manual_seed(self.seed)
         with torch.inference_mode():
             start = time.perf_counter()
@@ -75,9 +79,19 @@ class Baseline:
                 temperature=None if not self.do_sample else 1.0,
                 top_p=None,
                 top_k=None,
+                output_logits=log_probs,
+                return_dict_in_generate=log_probs,
             )
+            if log_probs:
+                sequences = out.sequences
+                logits = torch.stack(out.logits, dim=1).float()
+                response = sequences[:, self.prompts.shape[1] :]
+                picked = torch.log_softmax(logits, dim=-1).gather(-1, response.unsqueeze(-1)).squeeze(-1)
+                _rows = picked.tolist()
+            else:
+                sequences = out
             ms = (time.perf_counter() - start) * 1000
-        tokens = (out.shape[1] - self.prompts.shape[1]) * out.shape[0]
+        tokens = (sequences.shape[1] - self.prompts.shape[1]) * sequences.shape[0]
         return ms, int(tokens)
 
     def score(self) -> tuple[float, int]:
@@ -180,6 +194,8 @@ def main() -> None:
                 break
             if command == "generate":
                 ms, tokens = base.generate()
+            elif command == "generate-logprobs":
+                ms, tokens = base.generate(log_probs=True)
             elif command == "score":
                 ms, tokens = base.score()
             elif command == "vllm" and version is not None:

@@ -603,6 +603,63 @@ def test_internal_error_has_type_and_traceback(zctx: zmq.Context) -> None:
     assert not os.path.exists(f"{directory}/inproc.sock")
 
 
+def test_an_inline_method_runs_on_the_io_thread_only_when_the_executor_is_idle(zctx: zmq.Context) -> None:
+    # ``inline``: the I/O thread runs it itself when nothing is running, queued or unsent (two thread
+    # hand-offs fewer); behind a running compute call it queues, and the compute replies keep request order.
+    release = threading.Event()
+    started = threading.Event()
+
+    def block(_ctx: Any, _args: Any) -> dict[str, Any]:
+        started.set()
+        release.wait(10)
+        return {"thread": threading.current_thread().name}
+
+    def where(_ctx: Any, _args: Any) -> dict[str, Any]:
+        return {"thread": threading.current_thread().name}
+
+    registry = MethodRegistry()
+    registry.add("block", block, thread="compute")
+    registry.add("where", where, thread="compute", inline=True)
+    registry.add("where_compute", where, thread="compute")
+    with pytest.raises(ValueError, match="inline is for compute methods"):
+        registry.add("bad", where, thread="io", inline=True)
+    assert registry.describe()["methods"]["where"]["inline"] is True
+    assert "inline" not in registry.describe()["methods"]["where_compute"]
+    directory = tempfile.mkdtemp(prefix="ptw-", dir="/tmp")
+    server = WorkerServer(
+        ServerConfig(endpoint=f"ipc://{directory}/w.sock", announce=False, watch_stdin=False, insecure=True),
+        registry,
+    )
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(server.run()), name="io-loop", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while server.bound_endpoint is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.bound_endpoint is not None
+        c = Client(zctx, server.bound_endpoint)
+        assert ok(c.call("where")[0]) == {"thread": "io-loop"}  # idle: run by the I/O thread
+        assert ok(c.call("where_compute")[0]) == {"thread": "posttrain-compute"}
+        blocked = c.request("block")
+        assert started.wait(10)
+        queued = c.request("where")  # the compute thread is busy: queued behind ``block``
+        heartbeat = c.heartbeat()
+        beat, _ = c.recv()  # answered while ``block`` runs, so ``where`` did not jump the queue
+        assert beat["id"] == heartbeat and beat["busy"] is True and beat["queued"] == 1
+        release.set()
+        first, second = c.recv()[0], c.recv()[0]
+        assert [first["id"], second["id"]] == [blocked, queued]
+        assert ok(second) == {"thread": "posttrain-compute"}
+        c.close()
+    finally:
+        release.set()
+        server.request_shutdown()
+        thread.join(10)
+        shutil.rmtree(directory, ignore_errors=True)
+    assert result == [0]
+
+
 # ---- lifecycle -----------------------------------------------------------------------------------------
 
 

@@ -182,6 +182,7 @@ def register_basic_methods(registry: MethodRegistry) -> None:
     registry.add("handshake", handshake, thread="io", args=HANDSHAKE_ARGS)
     registry.add("info", info, thread="io")
     registry.add("ping", ping, thread="io")
-    registry.add("echo", echo, thread="compute", payloads="any")
+    # Inline: it only decodes and re-encodes its payloads (no model, no thread-bound torch state).
+    registry.add("echo", echo, thread="compute", payloads="any", inline=True)
     registry.add("shutdown", shutdown, thread="io")
     registry.add("free_port", free_port, thread="io", args=FREE_PORT_ARGS)

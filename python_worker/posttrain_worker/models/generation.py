@@ -142,6 +142,43 @@ def _prefill(
     )
 
 
+class PendingLogProbs:
+    """The log-probabilities of the picked tokens, computed a few steps at a time rather than at every step.
+
+    ``log_softmax`` works row by row (a row's values do not depend on the rows beside it), so one call over
+    the logits of several steps gives the same bits as one call per step, for a fraction of the per-call cost
+    that dominates the decoding loop of a small model. The pending logits are bounded (``budget`` floats), so
+    a large vocabulary flushes every few steps."""
+
+    def __init__(self, out: list[list[float]], budget: int = 1 << 22) -> None:
+        self.out = out
+        self.budget = budget
+        self.logits: list[torch.Tensor] = []
+        self.picked: list[torch.Tensor] = []
+        self.rows: list[int] = []  # the output row of each pending logits row, in order
+        self.size = 0
+
+    def add(self, logits: torch.Tensor, picked: torch.Tensor, rows: Sequence[int]) -> None:
+        """One step: ``logits[i]`` chose ``picked[i]`` for output row ``rows[i]``."""
+        self.logits.append(logits)
+        self.picked.append(picked)
+        self.rows.extend(rows)
+        self.size += logits.numel()
+        if self.size >= self.budget:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.logits:
+            return
+        logits = self.logits[0] if len(self.logits) == 1 else torch.cat(self.logits)
+        picked = self.picked[0] if len(self.picked) == 1 else torch.cat(self.picked)
+        logps = torch.log_softmax(logits, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
+        out = self.out
+        for r, logp in zip(self.rows, logps.cpu().tolist(), strict=True):
+            out[r].append(logp)
+        self.logits, self.picked, self.rows, self.size = [], [], [], 0
+
+
 def generate_batch(
     model: Any,
     prompts: Sequence[torch.Tensor],
@@ -170,78 +207,92 @@ def generate_batch(
 
     out_tokens: list[list[int]] = [[] for _ in range(n)]
     out_logps: list[list[float]] = [[] for _ in range(n)]
+    pending = PendingLogProbs(out_logps)
     reasons: list[str | None] = [None] * n
     batch_rows = list(range(n))  # prompt index of each row of ``logits`` and of the cache
     live = [True] * n  # per batch row: still generating (always all true when finished rows are pruned)
+    all_live = True
     next_pos = lengths.to(device)  # position id of the next token of each batch row
+    # Every token after the prompt is attended to: the mask is the prompt's followed by ones, allocated once
+    # and passed as a growing view. Without padding it is all ones, which the model reads as no mask at all:
+    # it is then not passed (the same attention, without building and checking a mask at every step).
+    width = int(attention.shape[1])
+    padded = bool((lengths != width).any())
+    mask = torch.ones((n, width + max_new_tokens), dtype=attention.dtype, device=device)
+    mask[:, :width] = attention
+    stop_hit = stop.hit if stop else None
+    check_eos = bool(eos_ids)
 
     # Row r's uniform at step t is the t-th number of generators[r], drawn up front in one call per row.
     uniforms = draw_uniforms(generators, max_new_tokens) if generators is not None else None
     for step in range(max_new_tokens):
         check_cancelled()
-        live_rows = [b for b, alive in enumerate(live) if alive]
-        if len(live_rows) == len(batch_rows):
+        if all_live:
+            live_rows = range(len(batch_rows))
+            rows_now = batch_rows
             sub_logits, sub_seen = logits, seen
         else:
+            live_rows = [b for b, alive in enumerate(live) if alive]
+            rows_now = [batch_rows[b] for b in live_rows]
             index = torch.tensor(live_rows, dtype=torch.int64, device=device)
             sub_logits = logits[index]
             sub_seen = seen[index] if seen is not None else None
         row_uniforms = None
         if uniforms is not None:
-            rows_now = torch.tensor([batch_rows[b] for b in live_rows], dtype=torch.int64)
-            row_uniforms = uniforms[rows_now, step]
+            row_uniforms = uniforms[torch.tensor(rows_now, dtype=torch.int64), step]
         picked_live = choose(sub_logits, sub_seen, params, row_uniforms)
-        logps = torch.log_softmax(sub_logits, dim=-1).gather(-1, picked_live.unsqueeze(-1)).squeeze(-1)
+        pending.add(sub_logits, picked_live, rows_now)
         picked_cpu = picked_live.cpu().tolist()
-        logps_cpu = logps.cpu().tolist()
 
+        last = step + 1 >= max_new_tokens
         still: list[int] = []  # batch rows that keep generating
-        for b, token, logp in zip(live_rows, picked_cpu, logps_cpu, strict=True):
-            r = batch_rows[b]
-            out_tokens[r].append(int(token))
-            out_logps[r].append(float(logp))
-            if token in eos_ids:
+        for b, r, token in zip(live_rows, rows_now, picked_cpu, strict=True):
+            tokens = out_tokens[r]
+            tokens.append(token)
+            if check_eos and token in eos_ids:
                 reasons[r] = "eos"
-            elif stop and stop.hit(out_tokens[r]):
+            elif stop_hit is not None and stop_hit(tokens):
                 reasons[r] = "stop"
-            elif len(out_tokens[r]) >= max_new_tokens:
+            elif last:
                 reasons[r] = "length"
             else:
                 still.append(b)
         if not still:
             break
 
-        if len(live_rows) == len(batch_rows):
+        if all_live:
             picked = picked_live
         else:  # finished rows (kept only when the cache cannot drop them) are fed the pad token
             picked = torch.full((len(batch_rows),), pad_id, dtype=torch.int64, device=device)
-            picked[torch.tensor(live_rows, dtype=torch.int64, device=device)] = picked_live
-        if prune and len(still) < len(batch_rows):
-            keep = torch.tensor(still, dtype=torch.int64, device=device)
-            cache.batch_select_indices(keep)
-            attention = attention[keep]
-            next_pos = next_pos[keep]
-            picked = picked[keep]
-            if seen is not None:
-                seen = seen[keep]
-            batch_rows = [batch_rows[b] for b in still]
-            live = [True] * len(batch_rows)
-        else:
-            kept = set(still)
-            live = [b in kept for b in range(len(batch_rows))]
+            picked[index] = picked_live
+        if len(still) < len(batch_rows):
+            if prune:
+                keep = torch.tensor(still, dtype=torch.int64, device=device)
+                cache.batch_select_indices(keep)
+                mask = mask[keep]
+                next_pos = next_pos[keep]
+                picked = picked[keep]
+                if seen is not None:
+                    seen = seen[keep]
+                batch_rows = [batch_rows[b] for b in still]
+                live = [True] * len(batch_rows)
+            else:
+                kept = set(still)
+                live = [b in kept for b in range(len(batch_rows))]
+                all_live = False
         if seen is not None:
             seen.scatter_(1, picked.clamp(max=vocab - 1).unsqueeze(-1), True)
 
-        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=-1)
         logits, cache = forward_with_cache(
             model,
             input_ids=picked.unsqueeze(-1),
-            attention_mask=attention,
+            attention_mask=mask[:, : width + step + 1] if padded else None,
             position_ids=next_pos.unsqueeze(-1),
             past_key_values=cache,
         )
         next_pos = next_pos + 1
 
+    pending.flush()
     return [
         GeneratedRow(
             torch.tensor(out_tokens[r], dtype=torch.int64),

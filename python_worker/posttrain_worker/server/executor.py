@@ -1,13 +1,17 @@
 """The compute executor: one thread running compute methods in arrival order.
 
 The I/O thread submits :class:`Job`s; the compute thread decodes their payloads, runs the handler, encodes
-the reply and pushes the reply frames ``[identity, envelope, *payloads]`` on an inproc PUSH socket that the
-I/O thread polls (zmq sockets are not thread-safe: only the I/O thread touches the ROUTER).
+the reply and queues the reply frames ``[identity, envelope, *payloads]`` for the I/O thread, waking it
+through a pipe that its poll watches (zmq sockets are not thread-safe: only the I/O thread touches the
+ROUTER). A reply crosses as the Python objects the compute thread made: no inproc socket, no ``zmq.Frame``
+per frame and no second message on the way; the I/O thread sends each frame once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 import traceback
@@ -115,8 +119,6 @@ class ComputeExecutor:
 
     def __init__(
         self,
-        context: zmq.Context,
-        reply_address: str,
         facts: WorkerFacts,
         registry: MethodRegistry,
         request_shutdown: Callable[[], None],
@@ -125,8 +127,6 @@ class ComputeExecutor:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
-        self._context = context
-        self._reply_address = reply_address
         self._facts = facts
         self._registry = registry
         self._request_shutdown = request_shutdown
@@ -134,6 +134,12 @@ class ComputeExecutor:
         self._queue: deque[Job] = deque()
         self._running: Job | None = None
         self._stopping = False
+        # Replies made and not yet taken by the I/O thread, in the order they were made; a byte on the pipe
+        # wakes the I/O thread's poll when the first one arrives (it takes them all at once).
+        self._replies: deque[list[Any]] = deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(target=self._main, name="posttrain-compute", daemon=True)
 
     # ---- called from the I/O thread ------------------------------------------------------------------
@@ -149,6 +155,26 @@ class ComputeExecutor:
             self._queue.append(job)
             self._cond.notify()
         return True
+
+    @property
+    def reply_fd(self) -> int:
+        """The file descriptor the I/O thread polls: readable once replies wait in :meth:`take_replies`."""
+        return self._wake_r
+
+    def take_replies(self) -> list[list[Any]]:
+        """The replies made since the last call, oldest first: each ``[identity, envelope, *payloads]``."""
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._wake_r, 4096)  # before taking: a reply queued after this read wakes the next poll
+        with self._cond:
+            replies = list(self._replies)
+            self._replies.clear()
+        return replies
+
+    def idle(self) -> bool:
+        """Nothing running, queued or waiting to be sent: a job run now on the calling thread keeps every
+        reply of this executor in request order."""
+        with self._cond:
+            return self._running is None and not self._queue and not self._replies
 
     def stats(self) -> tuple[bool, int]:
         """(busy, queued): whether a job is running, and how many wait behind it."""
@@ -190,6 +216,13 @@ class ComputeExecutor:
             self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def close(self) -> None:
+        """Close the wake-up pipe, after :meth:`join` returned True."""
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
     # ---- the compute thread --------------------------------------------------------------------------
 
     def _next(self) -> Job | None:
@@ -201,10 +234,17 @@ class ComputeExecutor:
             self._running = self._queue.popleft()
             return self._running
 
+    def _reply(self, frames: list[Any]) -> None:
+        with self._cond:
+            # Not busy once the reply is on its way (heartbeats after it agree).
+            self._running = None
+            first = not self._replies
+            self._replies.append(frames)
+        if first:
+            with contextlib.suppress(OSError):  # BlockingIOError: the pipe is full, so the poll wakes anyway
+                os.write(self._wake_w, b"\x00")
+
     def _main(self) -> None:
-        push = self._context.socket(zmq.PUSH)
-        push.setsockopt(zmq.SNDHWM, 0)
-        push.connect(self._reply_address)
         try:
             while (job := self._next()) is not None:
                 started = time.monotonic()
@@ -220,20 +260,18 @@ class ComputeExecutor:
                     request_shutdown=self._request_shutdown,
                 )
                 job.frames = []  # release the request's frames before the reply goes out
-                with self._cond:
-                    self._running = None  # not busy once the reply is on its way (heartbeats after it agree)
+                done = time.monotonic()
+                self._reply([job.identity, *frames])
                 log.debug(
                     "%s (request %d) done in %.1f ms (%.1f ms queued)",
                     job.spec.name,
                     job.request_id,
-                    (time.monotonic() - started) * 1e3,
+                    (done - started) * 1e3,
                     (started - job.received_at) * 1e3,
                 )
-                push.send_multipart([job.identity, *frames], copy=False)
         except Exception:  # pragma: no cover - a bug in the executor itself, not in a method
             log.exception("the compute thread failed")
             self._request_shutdown()
         finally:
             with self._cond:
                 self._running = None
-            push.close(linger=-1)

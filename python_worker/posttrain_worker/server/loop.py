@@ -1,7 +1,8 @@
 """The worker server: the I/O loop on the main thread, owning the ROUTER socket.
 
 It answers heartbeats, cancels and I/O-thread methods inline, queues compute methods on the
-:class:`ComputeExecutor`, and forwards the replies the compute thread pushes on an inproc socket. It stops
+:class:`ComputeExecutor` (or runs an ``inline`` one itself when the executor is idle: the same order, two
+thread hand-offs fewer), and sends the replies the compute thread queues for it. It stops
 on a ``shutdown`` request, SIGTERM/SIGINT, or EOF on stdin (the parent died), closing its sockets and
 removing the ipc socket file.
 
@@ -57,7 +58,6 @@ from posttrain_worker.server.registry import MethodRegistry, WorkerFacts
 log = logging.getLogger("posttrain_worker.server")
 
 READY_PREFIX = "POSTTRAIN_READY "
-REPLY_ADDRESS = "inproc://posttrain-replies"
 MAX_MESSAGES_PER_WAKE = 64
 _COPY_BELOW_BYTES = 64 * 1024  # reply frames below this are sent as copies (pyzmq's own copy threshold)
 # I/O-thread methods are short and cannot be cancelled: they share one event that is never set.
@@ -125,12 +125,7 @@ class WorkerServer:
         if self._gate is None:
             log.warning("serving %s WITHOUT authentication (--insecure)", self.bound_endpoint)
 
-        pull = context.socket(zmq.PULL)
-        pull.setsockopt(zmq.RCVHWM, 0)
-        pull.bind(REPLY_ADDRESS)
         executor = ComputeExecutor(
-            context,
-            REPLY_ADDRESS,
             self.facts,
             self.registry,
             lambda: self.request_shutdown("compute thread failed", graceful=False),
@@ -154,13 +149,13 @@ class WorkerServer:
             # the collector's reach, a full collection no longer walks it (tens of ms, a latency spike on
             # whichever call triggers it).
             gc.freeze()
-            self._serve(router, pull, executor, stdin_fd)
+            self._serve(router, executor, stdin_fd)
         except Exception:
             log.exception("the I/O loop failed")
             self.request_shutdown("I/O loop failed", graceful=False)
             exit_code = 1
         finally:
-            joined = self._close(context, router, pull, executor)
+            joined = self._close(context, router, executor)
             restore_signals()
             self._close_pipe()
         log.info("worker %d stopped (%s)", self.config.worker_id, self._stop_reason)
@@ -191,19 +186,18 @@ class WorkerServer:
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         sys.stdout = sys.stderr
 
-    def _serve(
-        self, router: zmq.Socket, pull: zmq.Socket, executor: ComputeExecutor, stdin_fd: int | None
-    ) -> None:
+    def _serve(self, router: zmq.Socket, executor: ComputeExecutor, stdin_fd: int | None) -> None:
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
-        poller.register(pull, zmq.POLLIN)
+        replies = executor.reply_fd
+        poller.register(replies, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
         if stdin_fd is not None:
             poller.register(stdin_fd, zmq.POLLIN)
         while self._stop_reason is None:
             events = dict(poller.poll())
-            if pull in events:
-                self._forward_replies(router, pull)
+            if replies in events:
+                self._send_replies(router, executor)
             if router in events:
                 for count in range(MAX_MESSAGES_PER_WAKE):
                     # The poll said the first message is there (multipart messages arrive whole): only the
@@ -231,16 +225,16 @@ class WorkerServer:
                 if not data:
                     self.request_shutdown("stdin closed (the parent process is gone)", graceful=False)
 
-    def _forward_replies(self, router: zmq.Socket, pull: zmq.Socket) -> None:
-        # Checking EVENTS is much cheaper than a NOBLOCK receive that raises zmq.Again.
-        while pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            self._send(router, pull.recv_multipart(copy=False))
+    def _send_replies(self, router: zmq.Socket, executor: ComputeExecutor) -> None:
+        for frames in executor.take_replies():
+            self._send(router, frames)
 
     @staticmethod
     def _send(router: zmq.Socket, frames: list[Any]) -> None:
         # send_multipart's own loop, minus its checks: this is on the path of every reply. Small ``bytes``
-        # (identity and envelope of a reply made on this thread) are copied: a zero-copy Frame around them
-        # costs more than the copy. Frames forwarded from the compute thread are ``zmq.Frame``s: sent as is.
+        # (identity, envelope) are copied: a zero-copy Frame around them costs more than the copy. Anything
+        # else goes copy=False: pyzmq still copies a buffer under its copy threshold (64 KiB), shares a larger
+        # one with libzmq, and sends a ``zmq.Frame`` as that message.
         try:
             last = len(frames) - 1
             for i, frame in enumerate(frames):
@@ -339,7 +333,9 @@ class WorkerServer:
             reply_error(request.id, failure)
             return
 
-        if spec.thread == "io":
+        # An inline method runs here when the executor is idle (nothing running, queued or unsent), so its
+        # reply keeps its place among the compute replies; otherwise it queues like any compute method.
+        if spec.thread == "io" or (spec.inline and executor.idle()):
             reply = run_call(
                 spec,
                 request.id,
@@ -417,9 +413,7 @@ class WorkerServer:
                     name = f"signal {byte}"
                 self.request_shutdown(name, graceful=False)
 
-    def _close(
-        self, context: zmq.Context, router: zmq.Socket, pull: zmq.Socket, executor: ComputeExecutor
-    ) -> bool:
+    def _close(self, context: zmq.Context, router: zmq.Socket, executor: ComputeExecutor) -> bool:
         """Stop the executor, flush the last replies, close everything; False if the compute thread hung."""
         for job in executor.stop():
             message = f"{job.spec.name} (request {job.request_id}) was cancelled: the worker is shutting down"
@@ -427,9 +421,9 @@ class WorkerServer:
             self._send(router, [job.identity, response_error(job.request_id, failure.code, failure.message)])
         joined = executor.join(self.config.stop_join_timeout_s)
         if joined:
-            self._forward_replies(router, pull)
+            self._send_replies(router, executor)
+            executor.close()
         linger = self.config.shutdown_linger_ms if self._graceful else 0
-        pull.close(linger=0)
         router.close(linger=linger)
         if joined:
             context.term()

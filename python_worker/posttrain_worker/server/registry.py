@@ -22,7 +22,8 @@ from posttrain_worker.protocol.envelope import PayloadDescriptor, PayloadKind
 from posttrain_worker.protocol.errors import BAD_PAYLOAD, UNKNOWN_METHOD, WorkerFailure, cancelled
 
 Thread = Literal["io", "compute"]
-"""``io``: answered inline by the I/O thread (must be cheap); ``compute``: queued, FIFO, one at a time."""
+"""``io``: answered inline by the I/O thread (must be cheap); ``compute``: queued, FIFO, one at a time (an
+``inline`` compute method runs on the I/O thread when nothing is running or queued: :class:`MethodSpec`)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,13 @@ class MethodSpec:
     """The arguments the method takes; parsing them (``BAD_ARGUMENTS`` on a mistake) gives the handler's."""
     payloads: PayloadRule = ()
     """``"any"``, or the exact sequence of payload kinds the method takes."""
+    inline: bool = False
+    """A compute method that the I/O thread may run itself when the compute thread is idle (nothing running,
+    queued or unsent), saving the two thread hand-offs; otherwise it queues as usual, so the compute order
+    holds either way. Only for methods that are short (they hold up heartbeats while they run) and rely on no
+    thread-bound torch state: no autocast, CUDA stream or grad mode left from another call (``echo``, which
+    decodes and re-encodes its payloads; ``control_act``, a small CPU MLP forward that sets its own
+    ``inference_mode``). Such a call cannot be cancelled once it runs inline."""
 
     def parse_args(self, method: str, args: dict[str, Any]) -> Any:
         """What the handler gets for ``args``; mistakes are ``BAD_ARGUMENTS`` naming ``method``."""
@@ -95,7 +103,8 @@ class MethodSpec:
 
     def describe(self) -> dict[str, Any]:
         payloads: str | list[str] = "any" if self.payloads == "any" else list(self.payloads)
-        return {"thread": self.thread, "payloads": payloads, "args": self.args.describe()}
+        described = {"thread": self.thread, "payloads": payloads, "args": self.args.describe()}
+        return {**described, "inline": True} if self.inline else described
 
 
 class MethodRegistry:
@@ -107,6 +116,10 @@ class MethodRegistry:
             raise ValueError(f"method {spec.name!r} is already registered")
         if spec.thread not in ("io", "compute"):
             raise ValueError(f"method {spec.name!r}: thread must be 'io' or 'compute', got {spec.thread!r}")
+        if spec.inline and spec.thread != "compute":
+            raise ValueError(
+                f"method {spec.name!r}: inline is for compute methods, got thread {spec.thread!r}"
+            )
         if not isinstance(spec.args, ArgsSchema):
             raise ValueError(f"method {spec.name!r}: args must be an ArgsSchema, got {spec.args!r}")
         self._methods[spec.name] = spec
@@ -119,10 +132,11 @@ class MethodRegistry:
         thread: Thread,
         args: ArgsSchema = NO_ARGS,
         payloads: PayloadRule = (),
+        inline: bool = False,
     ) -> None:
         """Register ``handler`` as ``name``, e.g. ``registry.add("unload_model", unload, thread="compute",
         args=ArgsSchema((Arg("name", "string"),), build=itemgetter("name")))``."""
-        self.register(MethodSpec(name, handler, thread, args, payloads))
+        self.register(MethodSpec(name, handler, thread, args, payloads, inline))
 
     @property
     def names(self) -> list[str]:
@@ -131,7 +145,8 @@ class MethodRegistry:
 
     def describe(self) -> dict[str, Any]:
         """Every method as JSON: ``{"methods": {name: {"thread", "payloads", "args": {argName: {"type",
-        "required", "nullable"}}}}}``, names sorted; ``payloads`` is ``"any"`` or the list of kinds."""
+        "required", "nullable"}}}}}``, names sorted; ``payloads`` is ``"any"`` or the list of kinds; an
+        ``inline`` compute method also has ``"inline": true``."""
         return {"methods": {name: self._methods[name].describe() for name in sorted(self._methods)}}
 
     def lookup(self, name: str) -> MethodSpec:
