@@ -1,13 +1,13 @@
 // Every benchmark in one run (issue 18, the regression guard). Prints one JSON object; progress goes to stderr.
 //   npm run bench [-- --quick | --full] [--model tiny|small|medium] [--only bridge,generate,...] [--out FILE]
 //                    [--timeout-s 900]
-// Runs bench/bridge.ts, generate.ts, grpo.ts, async.ts and scale.ts one after another, each in its own process
-// (`tsx bench/<name>.ts`, with `--quick` unless `--full`), parses the JSON object each prints on stdout and
+// Runs bench/bridge.ts, generate.ts, grpo.ts, async.ts, scale.ts and ppo.ts one after another, each in its own
+// process (`tsx bench/<name>.ts`, with `--quick` unless `--full`), parses the JSON object each prints on stdout and
 // gathers them under `results`, with each one's exit status and wall time. `--model` goes to every benchmark that
-// takes one (all but bridge, which times the transport and has no model). The run fails (exit 1) only when a
-// benchmark crashes: a non-zero exit, a timeout (`--timeout-s` per benchmark) or stdout that is not one JSON
-// object. A missed target is never a failure: timings on shared machines are too noisy to gate on, so the
-// targets are reported (each benchmark's `targets` / `ratios`) and left to a reader.
+// takes one (all but bridge, which times the transport, and ppo, which times CartPole collection with a small MLP).
+// The run fails (exit 1) only when a benchmark crashes: a non-zero exit, a timeout (`--timeout-s` per benchmark)
+// or stdout that is not one JSON object. A missed target is never a failure: timings on shared machines are too
+// noisy to gate on, so the targets are reported (each benchmark's `targets` / `ratios`) and left to a reader.
 import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, totalmem } from "node:os";
@@ -25,6 +25,7 @@ const BENCHES = [
   { name: "grpo", model: true },
   { name: "async", model: true },
   { name: "scale", model: true },
+  { name: "ppo", model: false },
 ] as const;
 type BenchName = (typeof BENCHES)[number]["name"];
 const BENCH_NAMES = BENCHES.map((b) => b.name);
@@ -171,6 +172,7 @@ async function main(): Promise<void> {
     notes: [
       "the run fails only when a benchmark crashes (non-zero exit, timeout, no JSON on stdout); a missed target never fails it",
       "bridge has no model: it times the transport (a no-op RPC, TensorDict round trips against raw ZeroMQ and pythonia), so --model does not apply to it",
+      "ppo has no model either: it times CartPole collection (TS envs + a worker-held MLP against TorchRL's collector), so --model does not apply to it",
       "quick mode: few repetitions on small shapes, a smoke test of every benchmark; its timings are not the figures of docs/performance.md",
     ],
     results,

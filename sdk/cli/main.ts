@@ -12,11 +12,12 @@ import { CONFIG_ERROR_CODES, EXIT, UsageError, errorHint, type Command } from ".
 import { grpoCommand } from "./commands/grpo.js";
 import { infoCommand } from "./commands/info.js";
 import { makeTinyModelCommand } from "./commands/make-tiny-model.js";
+import { ppoCommand } from "./commands/ppo.js";
 import { reportCommand } from "./commands/report.js";
 import { setupCommand } from "./commands/setup.js";
 import { sftCommand } from "./commands/sft.js";
 
-const COMMANDS: readonly Command[] = [setupCommand, grpoCommand, sftCommand, reportCommand, makeTinyModelCommand, infoCommand];
+const COMMANDS: readonly Command[] = [setupCommand, grpoCommand, sftCommand, ppoCommand, reportCommand, makeTinyModelCommand, infoCommand];
 
 function usage(): string {
   const width = Math.max(...COMMANDS.map((c) => c.name.length)) + 2;

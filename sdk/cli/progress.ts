@@ -91,6 +91,7 @@ export class ProgressDisplay {
       const evals = [
         typeof record.eval_reward_mean === "number" ? `reward ${formatMetric(record.eval_reward_mean)}` : "",
         typeof record.eval_loss === "number" ? `loss ${formatMetric(record.eval_loss)}` : "",
+        typeof record.eval_return_mean === "number" ? `return ${formatMetric(record.eval_return_mean)}` : "",
       ].filter((e) => e !== "");
       if (evals.length > 0) this.message(`eval at step ${String(record.step)}: ${evals.join(", ")}`);
       this.bar = this.barLine(record);
@@ -123,9 +124,12 @@ export class ProgressDisplay {
     add("reward_std", record.reward_std);
     add("eval_reward", typeof record.eval_reward_mean === "number" ? record.eval_reward_mean : undefined);
     add("eval_loss", typeof record.eval_loss === "number" ? record.eval_loss : undefined);
+    add("return", record.episode_return_mean);
+    add("eval_return", typeof record.eval_return_mean === "number" ? record.eval_return_mean : undefined);
     add("kl", klOf(record));
     add("loss", record.loss);
     add("tokens/s", record.tokens_per_s);
+    add("frames/s", record.fps);
     add("step_time", record.step_time_s, "s");
     const eta = this.eta(record.step);
     if (eta !== undefined) parts.push(`eta=${formatDuration(eta)}`);
@@ -141,10 +145,12 @@ export class ProgressDisplay {
       parts.push(`[${"#".repeat(filled)}${"-".repeat(BAR_WIDTH - filled)}] ${String(record.step)}/${String(total)}`);
     } else parts.push(`step ${String(record.step)}`);
     if (record.reward_mean !== undefined) parts.push(`reward ${formatMetric(record.reward_mean)}`);
+    else if (record.episode_return_mean !== undefined) parts.push(`return ${formatMetric(record.episode_return_mean)}`);
     else if (record.loss !== undefined) parts.push(`loss ${formatMetric(record.loss)}`);
     const kl = klOf(record);
     if (kl !== undefined) parts.push(`kl ${formatMetric(kl)}`);
     if (record.tokens_per_s !== undefined) parts.push(`${formatMetric(record.tokens_per_s)} tok/s`);
+    if (typeof record.fps === "number") parts.push(`${formatMetric(record.fps)} frames/s`);
     const eta = this.eta(record.step);
     if (eta !== undefined) parts.push(`ETA ${formatDuration(eta)}`);
     const line = parts.join("  ");

@@ -140,3 +140,40 @@ export class EnvStateError extends PosttrainError {
     super("ENV_STATE", message);
   }
 }
+
+/**
+ * A value that does not fit its spec (TorchRL's `TensorSpec.assert_is_in`): wrong kind, shape or dtype, or an element
+ * out of bounds. Code `SPEC_MISMATCH`; the message names the key and says what was expected and what came.
+ */
+export class SpecMismatchError extends PosttrainError {
+  /** The key whose value does not fit (e.g. `"action"`). */
+  readonly key: string;
+  /** The spec, as text (`Categorical(n=2, shape=[], dtype=int64)`). */
+  readonly expected: string;
+  /** What came instead (`dtype float32`, `shape [2]`, `element 0 = 3, outside [0, 1]`). */
+  readonly got: string;
+
+  constructor(key: string, expected: string, got: string, where?: string) {
+    super("SPEC_MISMATCH", `${where === undefined ? "" : `${where} `}${JSON.stringify(key)}: expected ${expected}, got ${got}`);
+    this.key = key;
+    this.expected = expected;
+    this.got = got;
+  }
+}
+
+/**
+ * One copy of a batched env (`SerialEnv`, `ParallelEnv`) failed. Code `SUB_ENV_FAILED`; `copyIndex` says which copy,
+ * `causeCode` the code of the copy's own error (when it had one), and the message repeats the copy's message.
+ */
+export class SubEnvError extends PosttrainError {
+  /** The copy (0-based, over the whole batch). */
+  readonly copyIndex: number;
+  /** The code of the copy's error (e.g. `SPEC_MISMATCH`), when it was a posttrain error. */
+  readonly causeCode: string | undefined;
+
+  constructor(env: string, copyIndex: number, message: string, options?: { cause?: unknown; causeCode?: string | undefined }) {
+    super("SUB_ENV_FAILED", `${env} copy ${copyIndex}: ${message}`, options);
+    this.copyIndex = copyIndex;
+    this.causeCode = options?.causeCode;
+  }
+}

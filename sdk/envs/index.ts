@@ -14,6 +14,8 @@ export {
   DatasetsNotInstalledError,
   EnvStateError,
   RewardError,
+  SpecMismatchError,
+  SubEnvError,
 } from "./errors.js";
 export {
   callPolicy,
@@ -30,6 +32,14 @@ export {
 export { appendTransform, Compose, Transform, TransformedEnv } from "./transform.js";
 export { clearDone, completeDoneKeys, flagColumn, markDone, mergeRows, readColumn, readFlags, rewardColumn, selectRows } from "./rows.js";
 export { StepCounter, StepCounterOptionsSchema, type StepCounterOptions } from "./transforms/step-counter.js";
+export { Bounded, Categorical, Composite, doneSpecOf, TensorSpec, Unbounded, type EnvSpecs, type RandomSource, type Spec } from "./specs.js";
+export { ClassicControlEnv, type ControlTransition } from "./control/classic-control-env.js";
+export { CartPoleEnv, CartPoleOptionsSchema, type CartPoleOptions } from "./control/cart-pole.js";
+export { PendulumEnv, PendulumOptionsSchema, type PendulumOptions } from "./control/pendulum.js";
+export { BatchedEnvBase, type SpecifiedEnv } from "./batched-env.js";
+export { SerialEnv } from "./serial-env.js";
+export { ParallelEnv, ParallelEnvOptionsSchema, type ParallelEnvOptions } from "./parallel-env.js";
+export { BUILT_IN_ENV_IDS, EnvFactorySchema, type BuiltInEnvId, type EnvFactory } from "./env-factory.js";
 export * from "./tools/index.js";
 export * from "./tasks/index.js";
 export { ChatEnv, ChatEnvOptionsSchema, WorkerTokenizerSchema, type ChatEnvOptions, type WorkerTokenizer } from "./chat-env.js";

@@ -13,3 +13,17 @@ export {
   type ResolvedLLMWrapperOptions,
 } from "./llm-wrapper.js";
 export { BackendUnavailableError } from "./errors.js";
+export {
+  ControlAgent,
+  type ControlAgentConfig,
+  type ControlUpdateOptions,
+  type ControlUpdateResult,
+} from "./control-agent.js";
+export {
+  explorationType,
+  ProbabilisticActor,
+  ProbabilisticActorOptionsSchema,
+  setExplorationType,
+  type ActorForwardOptions,
+  type ProbabilisticActorOptions,
+} from "./probabilistic-actor.js";

@@ -1,6 +1,6 @@
 /**
- * posttrain's objectives: loss configs of the GRPO family and SFT, computed in the worker, and the registry of the
- * policy-gradient variants. See docs/losses.md.
+ * posttrain's objectives: loss configs of the GRPO family and SFT, computed in the worker, the registry of the
+ * policy-gradient variants, and PPO's `ClipPPOLoss` and `GAE` for control tasks. See docs/losses.md.
  *
  * @module posttrain/objectives
  */
@@ -42,4 +42,15 @@ export {
   type SFTLossWire,
   type TRLLossType,
 } from "./losses.js";
+export {
+  ClipPPOLoss,
+  ClipPPOLossOptionsSchema,
+  GAE,
+  GAEOptionsSchema,
+  type ClipPPOLossOptions,
+  type ClipPPOLossWire,
+  type GAEOptions,
+  type GAEWire,
+  type LossCriticType,
+} from "./ppo.js";
 export * from "./deprecated.js";

@@ -2,8 +2,9 @@
  * The run report: one self-contained `report.html` (inline CSS and SVG, no script, no network) with the
  * curves of `metrics.jsonl`, the run's config and sample completions.
  */
-import { readFile, rename, writeFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { writeFileAtomic } from "../core/atomic-file.js";
 import { PosttrainError } from "../core/errors.js";
 import { eventsTable, isRunEvent, type RunEvent } from "./events.js";
 import { escapeXml, lineChart, type ChartSeries } from "./svg-chart.js";
@@ -55,7 +56,10 @@ interface ChartSpec {
 const CHARTS: readonly ChartSpec[] = [
   { title: "Reward (mean ± std)", metrics: ["reward_mean", "eval_reward_mean"], bandStd: "reward_std" },
   { title: "Per-reward means", metrics: ["reward/"] },
-  { title: "Loss terms", metrics: ["loss_objective", "loss_kl_to_ref", "loss_entropy", "loss"] },
+  // control runs (PPOTrainer): the sampling policy's finished episodes and the deterministic evaluation
+  { title: "Episode return (mean ± std)", metrics: ["eval_return_mean", "episode_return_mean"], bandStd: "eval_return_std" },
+  { title: "Episode length (steps)", metrics: ["episode_length_mean", "eval_length_mean"] },
+  { title: "Loss terms", metrics: ["loss_objective", "loss_kl_to_ref", "loss_entropy", "loss_critic", "loss"] },
   { title: "KL", metrics: ["kl_approx", "kl_to_ref"] },
   { title: "Entropy", metrics: ["entropy"] },
   { title: "Clip fraction", metrics: ["clip_fraction"] },
@@ -111,7 +115,7 @@ function summaryRows(records: readonly MetricRecord[]): string {
     return first === undefined || last === undefined ? undefined : { first, last };
   };
   const rows: string[] = [];
-  for (const name of ["eval_reward_mean", "reward_mean", "kl_approx", "entropy", "completion_length_mean", "tokens_per_s"]) {
+  for (const name of ["eval_reward_mean", "reward_mean", "eval_return_mean", "episode_return_mean", "kl_approx", "entropy", "completion_length_mean", "tokens_per_s"]) {
     const v = pick(name);
     if (v === undefined) continue;
     rows.push(`<tr><td>${escapeXml(name)}</td><td>${v.first.toPrecision(4)}</td><td>${v.last.toPrecision(4)}</td></tr>`);
@@ -234,8 +238,6 @@ export async function writeReport(runDir: string, options: { title?: string } = 
     ...(configText === undefined ? {} : { configText }),
   });
   const out = join(runDir, "report.html");
-  const tmp = `${out}.tmp-${String(process.pid)}`;
-  await writeFile(tmp, html, "utf8");
-  await rename(tmp, out);
+  await writeFileAtomic(out, html);
   return out;
 }

@@ -1,7 +1,7 @@
 /**
  * posttrain's whole-run recipes: `GRPOTrainer` and `SFTTrainer` run a post-training job from one config (task or
- * examples, policy in a worker, loss, optimizer, evaluation, checkpoints, resume, a run directory with its report).
- * See docs/trainers.md.
+ * examples, policy in a worker, loss, optimizer, evaluation, checkpoints, resume, a run directory with its report),
+ * and `PPOTrainer` a PPO run on a classic control env. See docs/trainers.md and docs/classic-rl.md.
  *
  * @module posttrain/runs
  */
@@ -9,6 +9,16 @@ export { ClusterConfigSchema, type ClusterConfig, type ResolvedClusterConfig } f
 export { NoCheckpointError, RunConfigMismatchError, RunDirectoryError, RunWorkerLostError, TrainerClosedError, type SetAsideCheckpoint } from "./errors.js";
 export { GeneratorConfigSchema, GRPOTrainerConfigSchema, type GeneratorConfig, type GRPOTrainerConfig, type GRPOTrainerConfigInput } from "./grpo-config.js";
 export { GRPOTrainer, GRPOTrainerOptionsSchema, type GRPOTrainerOptions } from "./grpo-trainer.js";
+export {
+  PPOEnvConfigSchema,
+  PPOEvalConfigSchema,
+  PPOTrainerConfigSchema,
+  type PPOEnvConfig,
+  type PPOEvalConfig,
+  type PPOTrainerConfig,
+  type PPOTrainerConfigInput,
+} from "./ppo-config.js";
+export { PPOTrainer, PPOTrainerOptionsSchema, type PPOTrainerOptions } from "./ppo-trainer.js";
 export type { EvalRecord, StepRecord, TrainSummary } from "./records.js";
 export type { MetricRecord, SampleRecord } from "../reports/report.js";
 export type { TrainingRun } from "./run-base.js";

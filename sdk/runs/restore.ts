@@ -18,29 +18,35 @@ import type { RunCheckpoint, RunDirectory } from "./run-directory.js";
 const UNREADABLE_CODES: ReadonlySet<string> = new Set(["CHECKPOINT_INVALID", "CHECKPOINT_NOT_FOUND"]);
 
 /** A restored checkpoint: which one, and the state the trainer restored from it. */
-export interface RestoredCheckpoint extends RunCheckpoint {
-  readonly restored: RestoredState;
+export interface RestoredCheckpoint<R = RestoredState> extends RunCheckpoint {
+  readonly restored: R;
 }
 
 /**
  * Loads the newest readable checkpoint of `runDir` into `trainer`. A checkpoint is unreadable when
  * `runDir.checkpointProblem` finds a problem in its files or the load fails with `CHECKPOINT_INVALID` /
  * `CHECKPOINT_NOT_FOUND`; it is then renamed aside, a line naming it and why goes to `log`, and the one before it is
- * tried. With none left: a `NoCheckpointError` listing those set aside. `options.requiredFiles` names files the run
- * writes into a checkpoint after the worker's save (an asynchronous GRPO run's replay-buffer snapshot): a checkpoint
- * without one of them (a crash between the two writes) is unreadable too.
+ * tried. With none left: a `NoCheckpointError` listing those set aside. `options.checkFiles` replaces the file check
+ * (a PPO run's checkpoint holds an agent, not model weights); `options.requiredFiles` names files the run writes into
+ * a checkpoint after the worker's save (an asynchronous GRPO run's replay-buffer snapshot): a checkpoint without one
+ * of them (a crash between the two writes) is unreadable too.
  *
  * @example const latest = await restoreCheckpoint(runDir, trainer, console.log); // { step, path, restored }
  */
-export async function restoreCheckpoint(
+export async function restoreCheckpoint<R = RestoredState>(
   runDir: RunDirectory,
-  trainer: { loadCheckpoint(dir: string): Promise<RestoredState> },
+  trainer: { loadCheckpoint(dir: string): Promise<R> },
   log: (line: string) => void,
-  options: { readonly requiredFiles?: readonly string[] } = {},
-): Promise<RestoredCheckpoint> {
+  options: {
+    readonly requiredFiles?: readonly string[];
+    /** What makes a checkpoint's files unreadable (default `runDir.checkpointProblem`: an LLM trainer's files). */
+    readonly checkFiles?: (checkpoint: RunCheckpoint) => Promise<string | undefined>;
+  } = {},
+): Promise<RestoredCheckpoint<R>> {
   const setAside: SetAsideCheckpoint[] = [];
   for (const checkpoint of (await runDir.checkpoints()).reverse()) {
-    let problem = (await runDir.checkpointProblem(checkpoint)) ?? (await missingFile(checkpoint.path, options.requiredFiles ?? []));
+    const checkFiles = options.checkFiles ?? ((c: RunCheckpoint) => runDir.checkpointProblem(c));
+    let problem = (await checkFiles(checkpoint)) ?? (await missingFile(checkpoint.path, options.requiredFiles ?? []));
     if (problem === undefined) {
       try {
         return { ...checkpoint, restored: await trainer.loadCheckpoint(checkpoint.path) };

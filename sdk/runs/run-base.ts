@@ -57,13 +57,13 @@ export interface RunLoopConfig {
   readonly checkpoint: { readonly every: number; readonly keepLast: number };
 }
 
-/** What a recipe hands {@link RunBase} once its setup is done. */
-export interface RunBaseParts<C extends RunLoopConfig> {
+/** What a recipe hands {@link RunBase} once its setup is done (`T`: its worker-side trainer, a `Trainer` unless said). */
+export interface RunBaseParts<C extends RunLoopConfig, T = Trainer> {
   /** `"GRPOTrainer"` or `"SFTTrainer"` (in messages). */
   readonly name: string;
   readonly config: C;
   readonly runDir: RunDirectory;
-  readonly trainer: Trainer;
+  readonly trainer: T;
   readonly totalSteps: number;
   /** Steps already taken (a resumed run). */
   readonly startStep: number;
@@ -87,7 +87,7 @@ export interface RunBaseParts<C extends RunLoopConfig> {
  * The facade of a whole run over {@link RunLoop}: `step`, `run`, `train`, `summary`, `stop`, `evaluate`, `close` and
  * `await using`. A subclass implements the step, the evaluation, the checkpoint and the closing of its own parts.
  */
-export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
+export abstract class RunBase<C extends RunLoopConfig, T = Trainer> implements TrainingRun {
   /** The resolved config (what `config.yaml` holds). */
   readonly config: C;
   /** The run directory (absolute). */
@@ -103,12 +103,12 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   readonly #trackers: RunRecordSink | undefined;
   /** The run's signal and its own stopping, together. */
   readonly #stopSignal: AbortSignal;
-  #trainer: Trainer;
+  #trainer: T;
   /** Whether the current parts are closed (by `close()`, or by a restart before it builds new ones). */
   #partsClosed = false;
 
   /** The run loop's hook, not an extension point. @internal */
-  protected constructor(parts: RunBaseParts<C>) {
+  protected constructor(parts: RunBaseParts<C, T>) {
     this.config = parts.config;
     this.runDir = parts.runDir.path;
     this.totalSteps = parts.totalSteps;
@@ -163,7 +163,7 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
   }
 
   /** The low-level trainer in the policy's worker (a new one after each restart). */
-  get trainer(): Trainer {
+  get trainer(): T {
     return this.#trainer;
   }
 
@@ -284,5 +284,5 @@ export abstract class RunBase<C extends RunLoopConfig> implements TrainingRun {
    * trainer and the step it resumed from.
    * @internal
    */
-  protected abstract restartParts(): Promise<{ trainer: Trainer; startStep: number }>;
+  protected abstract restartParts(): Promise<{ trainer: T; startStep: number }>;
 }

@@ -4,12 +4,35 @@
  * `checkpoints/step-<N>/` (pruned to the last few) and `report.html`.
  * See docs/trainers.md ("Run directory").
  */
-import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import type { z } from "zod";
 import { parseJSONLines, readOptional, writeReport, type MetricRecord, type RunEvent, type SampleRecord } from "../reports/index.js";
+import { writeFileAtomic } from "../core/atomic-file.js";
 import { NoCheckpointError, RunConfigMismatchError, RunDirectoryError, type SetAsideCheckpoint } from "./errors.js";
+
+/** The file a trainer writes last into a checkpoint: JSON with at least its `step`. */
+export const TRAINER_STATE_FILE = "trainer_state.json";
+
+/**
+ * The parsed `trainer_state.json` of the checkpoint directory `dir` (an object with an integer `step` >= 0), or a
+ * problem saying why it is missing, does not parse or has no step.
+ *
+ * @example const state = await readTrainerState(checkpoint.path); if (typeof state === "string") console.log(state);
+ */
+export async function readTrainerState(dir: string): Promise<{ readonly step: number; readonly [key: string]: unknown } | string> {
+  let state: unknown;
+  try {
+    state = JSON.parse(await readFile(join(dir, TRAINER_STATE_FILE), "utf8")) as unknown;
+  } catch (err) {
+    const why = (err as NodeJS.ErrnoException).code === "ENOENT" ? "is missing" : `does not parse (${err instanceof Error ? err.message : String(err)})`;
+    return `${TRAINER_STATE_FILE} ${why}`;
+  }
+  const step = typeof state === "object" && state !== null ? (state as { step?: unknown }).step : undefined;
+  if (typeof step !== "number" || !Number.isInteger(step) || step < 0) return `${TRAINER_STATE_FILE} has no step`;
+  return state as { readonly step: number };
+}
 
 /** A checkpoint of the run: its step and directory. */
 export interface RunCheckpoint {
@@ -163,9 +186,7 @@ export class RunDirectory {
 
   /** Writes `config.yaml` (atomically). */
   async writeConfig(config: unknown): Promise<void> {
-    const tmp = `${this.configPath}.tmp-${String(process.pid)}`;
-    await writeFile(tmp, stringifyYaml(config), "utf8");
-    await rename(tmp, this.configPath);
+    await writeFileAtomic(this.configPath, stringifyYaml(config));
   }
 
   /** The parsed `config.yaml`, or `undefined` when there is none. */
@@ -213,9 +234,7 @@ export class RunDirectory {
       const text = await readOptional(path);
       if (text === undefined) continue;
       const kept = parseJSONLines(text, path).filter((r) => (r as { step?: unknown }).step === undefined || Number((r as { step: unknown }).step) <= step);
-      const tmp = `${path}.tmp-${String(process.pid)}`;
-      await writeFile(tmp, kept.map((r) => `${JSON.stringify(r)}\n`).join(""), "utf8");
-      await rename(tmp, path);
+      await writeFileAtomic(path, kept.map((r) => `${JSON.stringify(r)}\n`).join(""));
     }
   }
 
@@ -253,15 +272,9 @@ export class RunDirectory {
     } catch (err) {
       return `cannot list its directory (${(err as NodeJS.ErrnoException).code ?? String(err)})`;
     }
-    if (!names.includes("trainer_state.json")) return "trainer_state.json is missing (a half-written checkpoint)";
-    let state: unknown;
-    try {
-      state = JSON.parse(await readFile(join(checkpoint.path, "trainer_state.json"), "utf8")) as unknown;
-    } catch (err) {
-      return `trainer_state.json does not parse (${err instanceof Error ? err.message : String(err)})`;
-    }
-    const step = typeof state === "object" && state !== null ? (state as { step?: unknown }).step : undefined;
-    if (typeof step !== "number" || !Number.isInteger(step) || step < 0) return "trainer_state.json has no step";
+    if (!names.includes(TRAINER_STATE_FILE)) return `${TRAINER_STATE_FILE} is missing (a half-written checkpoint)`;
+    const state = await readTrainerState(checkpoint.path);
+    if (typeof state === "string") return state;
     const weights = names.filter((n) => WEIGHT_FILE.test(n)).sort();
     if (weights.length === 0) return "its weight file (model.safetensors) is missing";
     for (const name of weights) {

@@ -69,12 +69,14 @@ const fmt = (v: number | null | undefined, digits = 3): string => (typeof v === 
 export function formatStepLine(record: StepRecord, totalSteps: number): string {
   const parts = [`step ${String(record.step)}/${String(totalSteps)}`];
   if (record.reward_mean !== undefined) parts.push(`reward ${fmt(record.reward_mean)}±${fmt(record.reward_std)}`);
+  if (record.episode_return_mean !== undefined) parts.push(`return ${fmt(record.episode_return_mean, 1)}`);
   if (record.loss !== undefined) parts.push(`loss ${fmt(record.loss, 4)}`);
   if (record.kl_approx !== undefined) parts.push(`kl ${fmt(record.kl_approx, 4)}`);
   if (record.tokens_per_s !== undefined) parts.push(`${fmt(record.tokens_per_s, 0)} tok/s`);
   if (record.step_time_s !== undefined) parts.push(`${fmt(record.step_time_s, 3)} s/step`);
   if (record.eval_reward_mean !== undefined) parts.push(`eval reward ${fmt(record.eval_reward_mean)}`);
   if (record.eval_loss !== undefined) parts.push(`eval loss ${fmt(record.eval_loss, 4)}`);
+  if (record.eval_return_mean !== undefined) parts.push(`eval return ${fmt(record.eval_return_mean, 1)}`);
   return parts.join("  ");
 }
 

@@ -7,6 +7,16 @@
  */
 import { z } from "zod";
 import { JSONValueSchema } from "../core/json.js";
+import {
+  ControlActArgsSchema,
+  ControlCheckpointArgsSchema,
+  ControlCreateArgsSchema,
+  ControlCreateResultSchema,
+  ControlLoadResultSchema,
+  ControlSaveResultSchema,
+  ControlUpdateArgsSchema,
+  ControlUpdateResultSchema,
+} from "./control.js";
 import { ChatTemplateOptionsSchema, GenerateOptionsSchema, ScoreOptionsSchema } from "./generation.js";
 import { LoadModelOptionsSchema, ModelInfoSchema, ModelListSchema } from "./models.js";
 import {
@@ -107,6 +117,14 @@ export const WORKER_METHODS = {
   weights_digest: method(OnModel, WeightsDigestSchema),
   /** A tcp port free now on the worker's node (for a torch.distributed store there), bound on `host` when given. */
   free_port: method(z.strictObject({ host: Name.optional() }), z.object({ port: z.number().int().min(1).max(65535) })),
+
+  /** Control agents (MLP actor/critic, GAE, ClipPPOLoss; sdk/workers/control.ts, docs/classic-rl.md). */
+  control_create: method(ControlCreateArgsSchema, ControlCreateResultSchema),
+  control_act: method(ControlActArgsSchema, Empty, "tensordict", "tensordict"),
+  control_update: method(ControlUpdateArgsSchema, ControlUpdateResultSchema, "tensordict"),
+  control_save: method(ControlCheckpointArgsSchema, ControlSaveResultSchema),
+  control_load: method(ControlCheckpointArgsSchema, ControlLoadResultSchema),
+  control_close: method(z.strictObject({ name: Name }), Empty),
 } as const satisfies Record<string, WorkerMethod>;
 
 /** A worker method's wire name. */

@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[int, str, str], ...] = (
     (3, "data", "rl"),  # datasets by Hub id or save_to_disk copy, as Arrow for the TS loaders (python -m)
     (4, "training", "rl"),  # trainer, optimizers, checkpoints, what a weight sync moves
     (5, "transfer", "rl"),  # weights between workers: ZeroMQ pair, torch.distributed
+    (5, "control", "rl"),  # classic RL: MLP actor/critic, GAE, ClipPPOLoss, the PPO agent (reuses training)
     (6, "methods", "top"),  # the RPC glue: registers the RL code's entry points as worker methods
     (7, "cli", "top"),
     (7, "placement", "top"),  # the Ray driver and actor: programs of their own that start workers

@@ -11,7 +11,7 @@ import { TinyModelConfigSchema } from "../../sdk/index.js";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const CLI = join(ROOT, "sdk", "cli", "main.ts");
-const COMMANDS = ["setup", "grpo", "sft", "report", "make-tiny-model", "info"] as const;
+const COMMANDS = ["setup", "grpo", "sft", "ppo", "report", "make-tiny-model", "info"] as const;
 
 interface Run {
   readonly code: number | null;

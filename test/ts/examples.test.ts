@@ -128,6 +128,15 @@ const EXPECTED: Record<string, Expected> = {
       expect(after).toBeLessThan(before);
     },
   },
+  "ppo-cartpole.ts": {
+    lines: [
+      /^PPO on CartPole-v1: 8 envs in TS, MLP actor and critic in worker 0, 2 steps of 256 frames$/,
+      new RegExp(String.raw`^step 1: return ${NUM} \(\d+ episodes\), \d+ frames/s$`),
+      new RegExp(String.raw`^step 2: return ${NUM} \(\d+ episodes\), \d+ frames/s$`),
+      new RegExp(String.raw`^eval return \(4 episodes, deterministic policy\): ${NUM} → ${NUM}$`),
+      /^run directory: \/\S+$/,
+    ],
+  },
   "custom-reward.ts": {
     lines: [
       /^GRPO with an async TS reward: a judge at http:\/\/127\.0\.0\.1:\d+\/score$/,

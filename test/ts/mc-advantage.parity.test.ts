@@ -3,22 +3,9 @@
 // their order, the advantages (within 1e-6) and the counters must agree. If TorchRL cannot be imported, the test is
 // skipped with the reason, except where peers are required (CI set to a truthy value, as CI=true, or
 // POSTTRAIN_REQUIRE_PEERS=1): there it fails, so parity is never skipped silently in CI (as test/python/peers/require.py).
-import { execFile } from "node:child_process";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
-import { resolvePython } from "../../bridge/worker/python.js";
 import { MCAdvantage, RaggedTensor, Tensor, TensorDict, TopKRewardSelector, type MCAdvantageOptions } from "../../sdk/index.js";
-
-const PEER = join(dirname(fileURLToPath(import.meta.url)), "../python/peers/torchrl_replay_transforms.py");
-const INSTALL_HINT =
-  "install the test extra into the project's .venv: `.venv/bin/pip install -e '.[test]'` (`npm test` and `node bridge/setup/bootstrap.mjs` bootstrap it)";
-
-/** True when a peer that cannot run must fail the test rather than skip it: `CI` truthy or `POSTTRAIN_REQUIRE_PEERS=1`. */
-function peersRequired(): boolean {
-  const ci = (process.env.CI ?? "").trim().toLowerCase();
-  return !["", "0", "false", "no", "off"].includes(ci) || (process.env.POSTTRAIN_REQUIRE_PEERS ?? "").trim() === "1";
-}
+import { runPeer, skipUnlessPeer } from "./peers.helpers.js";
 
 /** A trajectory: its id, its group (prompt) and the reward of each step (a nested list: [k] or [L, k]). */
 interface Trajectory {
@@ -125,39 +112,22 @@ function camel(options: Record<string, unknown>): MCAdvantageOptions {
   };
 }
 
-function runPeer(): Promise<{ torchrl?: string; results?: PeerResult[]; unavailable?: string }> {
-  return new Promise((resolve, reject) => {
-    const child = execFile(resolvePython(), [PEER], { timeout: 120_000, maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
-      if (stdout.trim() !== "") {
-        try {
-          resolve(JSON.parse(stdout) as { torchrl?: string; results?: PeerResult[]; unavailable?: string });
-          return;
-        } catch {
-          // fall through to the error
-        }
-      }
-      reject(new Error(`the TorchRL peer failed: ${err?.message ?? "no output"}\n${stderr}`));
-    });
-    child.stdin?.end(JSON.stringify(SCENARIOS));
-  });
-}
+/** What the peer answers: TorchRL's version and one result per scenario, or why it cannot run. */
+type PeerAnswer = { torchrl?: string; results?: PeerResult[] } & { unavailable?: string };
 
 describe("MCAdvantage / TopKRewardSelector parity with TorchRL", () => {
-  let peer: Awaited<ReturnType<typeof runPeer>>;
+  let peer: PeerAnswer;
 
   beforeAll(async () => {
-    peer = await runPeer();
+    peer = await runPeer<PeerAnswer>("torchrl_replay_transforms.py", SCENARIOS);
   }, 150_000);
 
   SCENARIOS.forEach((scenario, index) => {
     const label = `${scenario.transform} ${JSON.stringify(scenario.options)}`;
     it(`agrees with TorchRL: ${label}`, (ctx) => {
-      if (peer.unavailable !== undefined) {
-        const reason = `parity peer torchrl + tensordict (TorchRL's ${scenario.transform}, run by ${resolvePython()}) cannot be imported (${peer.unavailable})`;
-        if (peersRequired()) throw new Error(`${reason}; peers are required here (CI or POSTTRAIN_REQUIRE_PEERS=1): ${INSTALL_HINT}`);
-        console.warn(`${reason}; parity not checked. ${INSTALL_HINT}`);
-        ctx.skip(`${reason}; ${INSTALL_HINT}`);
-      }
+      skipUnlessPeer(peer, `torchrl + tensordict (TorchRL's ${scenario.transform})`, (note) => {
+        ctx.skip(note);
+      });
       const reference = peer.results![index]!;
       const transform =
         scenario.transform === "MCAdvantage"

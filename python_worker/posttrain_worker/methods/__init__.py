@@ -2,6 +2,7 @@
 
 from posttrain_worker.methods.basic import register_basic_methods
 from posttrain_worker.methods.chat import register_chat_methods
+from posttrain_worker.methods.control import register_control_methods
 from posttrain_worker.methods.generation import register_generation_methods
 from posttrain_worker.methods.models import register_model_methods
 from posttrain_worker.methods.training import register_training_methods
@@ -20,6 +21,7 @@ def default_registry() -> MethodRegistry:
     register_chat_methods(registry, store)
     register_training_methods(registry, store)
     register_weight_methods(registry, store)
+    register_control_methods(registry)
     return registry
 
 
@@ -27,6 +29,7 @@ __all__ = [
     "default_registry",
     "register_basic_methods",
     "register_chat_methods",
+    "register_control_methods",
     "register_generation_methods",
     "register_model_methods",
     "register_training_methods",
