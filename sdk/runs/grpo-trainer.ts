@@ -46,9 +46,9 @@ import { grpoStep } from "./grpo-step.js";
 import type { EvalRecord } from "./records.js";
 import { restoreCheckpoint } from "./restore.js";
 import { RunBase } from "./run-base.js";
-import { RunDirectory } from "./run-directory.js";
+import type { RunDirectory } from "./run-directory.js";
 import type { RunTrackers } from "./trackers/run-trackers.js";
-import { startRunTrackers } from "./trackers/start.js";
+import { buildRunParts, openRunDirectory } from "./open-run.js";
 import type { StepOutcome } from "./run-loop.js";
 import {
   createPolicyTrainer,
@@ -566,22 +566,10 @@ export class GRPOTrainer extends RunBase<GRPOTrainerConfig> {
     const probe = trainEnv(c, o);
     const evalEnv = heldOutEnv(c, o);
     const totalSteps = runLength(c.steps, c.epochs, c.epochs === undefined ? null : await probe.epochSize(), c.promptsPerStep, where);
-    const runDir = new RunDirectory(c.runDir);
-    const resumable = await runDir.prepare(o.resume);
-    if (resumable) await runDir.checkResumable(c, FREE_FIELDS, GRPOTrainerConfigSchema);
-    await runDir.writeConfig(c);
-    const trackers = await startRunTrackers(c, runDir, resumable, o.log);
+    const { runDir, resumable, trackers } = await openRunDirectory(c, o.resume, FREE_FIELDS, GRPOTrainerConfigSchema, o.log);
     const workers = runWorkers(c.cluster, workerPoolOptions(c, poolOptionsOf(options)));
     const setup: Setup = { config: c, options: o, runDir, totalSteps, log: logger(o.log), workers, trackers };
-    try {
-      const parts = await buildParts(setup, resumable ? "resume" : "fresh", { env: probe, evalEnv });
-      await trackers?.open(parts.startStep);
-      return new GRPOTrainer(parts);
-    } catch (err) {
-      await trackers?.close();
-      await setup.workers.close();
-      throw err;
-    }
+    return new GRPOTrainer(await buildRunParts(trackers, workers, () => buildParts(setup, resumable ? "resume" : "fresh", { env: probe, evalEnv })));
   }
 
   /** Stops the collector and closes the envs and the weight sync; stops the workers it started (or unloads its models from `pool`). @internal */

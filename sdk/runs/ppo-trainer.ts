@@ -21,13 +21,13 @@ import { PPOTrainerConfigSchema, ppoSteps, type PPOTrainerConfig, type PPOTraine
 import type { EvalRecord } from "./records.js";
 import { restoreCheckpoint } from "./restore.js";
 import { RunBase } from "./run-base.js";
-import { readTrainerState, RunDirectory, TRAINER_STATE_FILE, type RunCheckpoint } from "./run-directory.js";
+import { readTrainerState, TRAINER_STATE_FILE, type RunDirectory, type RunCheckpoint } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
+import { buildRunParts, openRunDirectory } from "./open-run.js";
 import { runWorkers, type RunWorkers } from "./run-workers.js";
 import { logger, openPool, poolOptionsOf, RunOptionsSchema, type RunOptions } from "./setup.js";
 import { rewardStats } from "./step-metrics.js";
 import type { RunTrackers } from "./trackers/run-trackers.js";
-import { startRunTrackers } from "./trackers/start.js";
 
 /** Options of {@link PPOTrainer.create} besides the config. */
 export const PPOTrainerOptionsSchema = RunOptionsSchema;
@@ -213,21 +213,9 @@ export class PPOTrainer extends RunBase<PPOTrainerConfig, ControlAgent> {
   static async create(config: PPOTrainerConfigInput, options: PPOTrainerOptions = {}): Promise<PPOTrainer> {
     const c = parseOptions(PPOTrainerConfigSchema, config, "PPOTrainer config");
     const o = parseOptions(PPOTrainerOptionsSchema, options, "PPOTrainer options");
-    const runDir = new RunDirectory(c.runDir);
-    const resumable = await runDir.prepare(o.resume);
-    if (resumable) await runDir.checkResumable(c, FREE_FIELDS, PPOTrainerConfigSchema);
-    await runDir.writeConfig(c);
-    const trackers = await startRunTrackers(c, runDir, resumable, o.log);
+    const { runDir, resumable, trackers } = await openRunDirectory(c, o.resume, FREE_FIELDS, PPOTrainerConfigSchema, o.log);
     const setup: Setup = { config: c, options: o, runDir, log: logger(o.log), workers: runWorkers(c.cluster, poolOptionsOf(options)), trackers };
-    try {
-      const parts = await buildParts(setup, resumable ? "resume" : "fresh");
-      await trackers?.open(parts.startStep);
-      return new PPOTrainer(parts);
-    } catch (err) {
-      await trackers?.close();
-      await setup.workers.close();
-      throw err;
-    }
+    return new PPOTrainer(await buildRunParts(trackers, setup.workers, () => buildParts(setup, resumable ? "resume" : "fresh")));
   }
 
   /** The agent in the worker (the same as `trainer`): `ProbabilisticActor`s over it act with the current policy. */

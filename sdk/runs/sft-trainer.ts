@@ -17,14 +17,14 @@ import { evaluateOnEnv } from "./evaluation.js";
 import type { EvalRecord, StepRecord } from "./records.js";
 import { restoreCheckpoint } from "./restore.js";
 import { RunBase } from "./run-base.js";
-import { RunDirectory } from "./run-directory.js";
+import type { RunDirectory } from "./run-directory.js";
 import type { StepOutcome } from "./run-loop.js";
+import { buildRunParts, openRunDirectory } from "./open-run.js";
 import { createPolicyTrainer, loadPolicy, logger, modelPath, openPool, POLICY_MODEL, poolOptionsOf, runLength, RunOptionsSchema, type RunOptions } from "./setup.js";
 import { runWorkers, type RunWorkers } from "./run-workers.js";
 import { SFTTrainerConfigSchema, type SFTTrainerConfig, type SFTTrainerConfigInput, type SFTDataConfigSchema } from "./sft-config.js";
 import { loadConversations, renderConversations, SFTBatches, type SFTPosition } from "./sft-data.js";
 import type { RunTrackers } from "./trackers/run-trackers.js";
-import { startRunTrackers } from "./trackers/start.js";
 
 /** Options of {@link SFTTrainer.create} besides the config. */
 export const SFTTrainerOptionsSchema = RunOptionsSchema;
@@ -177,21 +177,9 @@ export class SFTTrainer extends RunBase<SFTTrainerConfig> {
   static async create(config: SFTTrainerConfigInput, options: SFTTrainerOptions = {}): Promise<SFTTrainer> {
     const c = parseOptions(SFTTrainerConfigSchema, config, "SFTTrainer config");
     const o = parseOptions(SFTTrainerOptionsSchema, options, "SFTTrainer options");
-    const runDir = new RunDirectory(c.runDir);
-    const resumable = await runDir.prepare(o.resume);
-    if (resumable) await runDir.checkResumable(c, FREE_FIELDS, SFTTrainerConfigSchema);
-    await runDir.writeConfig(c);
-    const trackers = await startRunTrackers(c, runDir, resumable, o.log);
+    const { runDir, resumable, trackers } = await openRunDirectory(c, o.resume, FREE_FIELDS, SFTTrainerConfigSchema, o.log);
     const setup: Setup = { config: c, options: o, runDir, log: logger(o.log), workers: runWorkers(c.cluster, poolOptionsOf(options)), trackers };
-    try {
-      const parts = await buildParts(setup, resumable ? "resume" : "fresh");
-      await trackers?.open(parts.startStep);
-      return new SFTTrainer(parts);
-    } catch (err) {
-      await trackers?.close();
-      await setup.workers.close();
-      throw err;
-    }
+    return new SFTTrainer(await buildRunParts(trackers, setup.workers, () => buildParts(setup, resumable ? "resume" : "fresh")));
   }
 
   /** Stops the worker it started (or drops its trainer and model from `pool`). @internal */

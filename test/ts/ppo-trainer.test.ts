@@ -307,19 +307,7 @@ describe("ControlAgent", () => {
 
 describe("ProbabilisticActor", () => {
   it("writes action and action_log_prob; the call's exploration wins over setExplorationType, which wins over the actor's", async () => {
-    const { agent } = await ControlAgent.create(pool.worker(0), {
-      name: "actor-test",
-      observationSize: 4,
-      action: { type: "categorical", n: 2 },
-      actor: { hidden: [16], activation: "tanh" },
-      critic: { hidden: [16], activation: "tanh" },
-      optimizer: { type: "adam", lr: 1e-3, eps: 1e-8, weightDecay: 0 },
-      loss: new ClipPPOLoss().toWire(),
-      advantage: new GAE().toWire(),
-      maxGradNorm: null,
-      seed: 3,
-      replace: true,
-    });
+    const agent = await cartPoleAgent("actor-test");
     try {
       // 64 copies of one observation: sampling draws both actions, the mode draws one
       const same = (): TensorDict =>
