@@ -5,6 +5,7 @@
  * it lives for one block or many. Internal to `PythonSandbox`.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync, readdirSync, readlinkSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -133,7 +134,10 @@ function baseEnv(workDir: string): Record<string, string> {
 
 /** A live sandbox child process. */
 export class SandboxProcess {
-  /** Resolves when the process has exited and its pipes are closed. */
+  /**
+   * Resolves when the process has exited, its pipes are closed and, in a jail, every process of its pid namespace is
+   * gone (the kernel kills them after the namespace's pid 1, a moment after the jail itself has exited).
+   */
   readonly exited: Promise<{ exitCode: number | null; signal: string | null }>;
   private pending: Pending | undefined;
   private hasExited = false;
@@ -148,7 +152,9 @@ export class SandboxProcess {
     exited: Promise<{ exitCode: number | null; signal: string | null }>,
     lines: Interface,
   ) {
-    this.exited = exited.then((processExit) => {
+    const namespace = child.pid === undefined ? undefined : pidNamespaceOfChildren(child.pid);
+    this.exited = exited.then(async (processExit) => {
+      if (namespace !== undefined) await namespaceEmptied(namespace, NAMESPACE_TEARDOWN_MS);
       this.hasExited = true;
       const info = this.driverExit ?? processExit;
       this.pending?.settle({ kind: "exit", ...info });
@@ -313,6 +319,42 @@ function parseMessage(line: string): z.infer<typeof DriverMessageSchema> | undef
     return parsed.success ? parsed.data : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/** How long a closed sandbox waits for the kernel to empty its pid namespace. */
+const NAMESPACE_TEARDOWN_MS = 5_000;
+
+/** The pid namespace `pid`'s children are born in (`"pid:[inode]"`): the jail's own after its `unshare`; undefined without `/proc`. */
+function pidNamespaceOfChildren(pid: number): string | undefined {
+  try {
+    const own = readlinkSync(`/proc/${String(pid)}/ns/pid`);
+    const children = readlinkSync(`/proc/${String(pid)}/ns/pid_for_children`);
+    return children === own ? undefined : children; // no pid namespace of its own: nothing to wait for
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Resolves once no live process is left in pid namespace `namespace`, or after `ms` (best effort: processes we may not
+ * inspect are skipped). The namespace's pid 1 stays a zombie until the host's init reaps it (a second or more in some
+ * containers); it exits only after the kernel has killed the rest, so a zombie counts as gone.
+ */
+async function namespaceEmptied(namespace: string, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  const inNamespace = (entry: string): boolean => {
+    try {
+      if (!/^\d+$/.test(entry) || readlinkSync(`/proc/${entry}/ns/pid`) !== namespace) return false;
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+      return state !== "Z" && state !== "X";
+    } catch {
+      return false; // gone while we looked, or not ours to inspect
+    }
+  };
+  while (Date.now() < deadline && readdirSync("/proc").some(inNamespace)) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
 
