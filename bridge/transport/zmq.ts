@@ -61,7 +61,7 @@ export class ZMQDealerTransport implements Transport {
   start(handler: TransportHandler): void {
     if (this.handler !== undefined) throw new Error("transport already started");
     this.handler = handler;
-    void this.receiveLoop(handler);
+    this.receiveLoop(handler);
   }
 
   send(frames: readonly Uint8Array[]): Promise<void> {
@@ -88,14 +88,31 @@ export class ZMQDealerTransport implements Transport {
     return Promise.resolve();
   }
 
-  private async receiveLoop(handler: TransportHandler): Promise<void> {
-    try {
-      for (;;) {
-        const frames = await this.socket.receive();
-        handler.message(frames);
-      }
-    } catch (err) {
+  // One callback per message, not an `await` loop: a suspended async function keeps the last message it handled
+  // in its saved registers until the next one arrives, so a large reply's frames (external memory, e.g. 16 MB)
+  // outlived the caller by a whole call and survived the collection that should have freed them.
+  private receiveLoop(handler: TransportHandler): void {
+    const stop = (err: unknown): void => {
       handler.closed(this.closing ? undefined : (err as Error));
-    }
+    };
+    const next = (): void => {
+      let received: Promise<Uint8Array[]>;
+      try {
+        received = this.socket.receive(); // throws at once on a socket closed meanwhile (e.g. by the handler)
+      } catch (err) {
+        stop(err);
+        return;
+      }
+      received.then((frames) => {
+        try {
+          handler.message(frames);
+        } catch (err) {
+          stop(err);
+          return;
+        }
+        next();
+      }, stop);
+    };
+    next();
   }
 }

@@ -1,6 +1,8 @@
 // Real worker processes over real ZeroMQ: the bridge's lifecycle, concurrency, timeouts, cancellation,
 // liveness and death handling, through the typed client of `WorkerPool.local`.
 import { existsSync } from "node:fs";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   ConnectionClosedError,
@@ -57,6 +59,29 @@ describe("WorkerPool.local (ipc)", () => {
     expect(back.getTensor("x").data).toEqual(td.getTensor("x").data);
     expect(back.getTensor(["next", "reward"]).data).toEqual(td.getTensor(["next", "reward"]).data);
     expect(back.getTensor("tokens").data).toEqual(td.getTensor("tokens").data);
+  });
+
+  it("lets a reply's frames go once the caller drops them (the transport keeps no message alive until the next)", async () => {
+    setFlagsFromString("--expose-gc");
+    const gc = runInNewContext("gc") as () => void;
+    const big = new TensorDict({ x: Tensor.from(new Float32Array(1 << 18).fill(1), { dtype: "float32", shape: [512, 512] }) }, { batchSize: [512] });
+    // the reply lives only inside this function: what keeps its frames alive after it returns is not the caller's
+    const echoOnce = async (): Promise<WeakRef<Uint8Array>[]> => {
+      const reply = await pool.worker(0).connection.request("echo", {}, [{ kind: "tensordict", data: big.toArrowParts() }]);
+      const parts: Uint8Array[] = [];
+      for (const p of reply.payloads) {
+        if (Array.isArray(p.data)) parts.push(...(p.data as Uint8Array[]));
+        else if (p.data instanceof Uint8Array) parts.push(p.data);
+      }
+      return parts.map((f) => new WeakRef(f));
+    };
+    const frames = await echoOnce();
+    expect(frames.length).toBeGreaterThan(0);
+    for (let i = 0; i < 3; i++) {
+      gc();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(frames.filter((f) => f.deref() !== undefined).length).toBe(0);
   });
 
   it("computes per-row sums with torch that match the values sent", async () => {
