@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -571,22 +572,8 @@ def test_internal_error_has_type_and_traceback(zctx: zmq.Context) -> None:
     registry.add("explode_io", explode, thread="io")
     registry.add("not_json", not_json, thread="compute")
     registry.add("ping", lambda _c, _a: {}, thread="io")
-    directory = tempfile.mkdtemp(prefix="ptw-", dir="/tmp")
-    server = WorkerServer(
-        ServerConfig(
-            endpoint=f"ipc://{directory}/inproc.sock", announce=False, watch_stdin=False, insecure=True
-        ),
-        registry,
-    )
-    result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(server.run()), daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while server.bound_endpoint is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert server.bound_endpoint is not None
-        c = Client(zctx, server.bound_endpoint)
+    with served_in_thread(registry) as (endpoint, directory, result):
+        c = Client(zctx, endpoint)
         for method in ("explode", "explode_io"):
             reply, _ = c.call(method)
             assert "ZeroDivisionError: boom" in error(reply, "INTERNAL")
@@ -595,12 +582,34 @@ def test_internal_error_has_type_and_traceback(zctx: zmq.Context) -> None:
         assert "not JSON" in error(c.call("not_json")[0], "INTERNAL")
         assert ok(c.call("ping")[0]) == {}
         c.close()
+    assert result == [0]
+    assert not os.path.exists(f"{directory}/inproc.sock")
+
+
+@contextmanager
+def served_in_thread(registry: MethodRegistry) -> Iterator[tuple[str, str, list[int]]]:
+    """A ``WorkerServer`` of ``registry`` run in this process on a thread named ``io-loop``: its bound
+    endpoint, its directory and the list its exit code lands in; shut down, directory removed, on exit."""
+    directory = tempfile.mkdtemp(prefix="ptw-", dir="/tmp")
+    server = WorkerServer(
+        ServerConfig(
+            endpoint=f"ipc://{directory}/inproc.sock", announce=False, watch_stdin=False, insecure=True
+        ),
+        registry,
+    )
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(server.run()), name="io-loop", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while server.bound_endpoint is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.bound_endpoint is not None
+        yield server.bound_endpoint, directory, result
     finally:
         server.request_shutdown()
         thread.join(10)
         shutil.rmtree(directory, ignore_errors=True)
-    assert result == [0]
-    assert not os.path.exists(f"{directory}/inproc.sock")
 
 
 def test_an_inline_method_runs_on_the_io_thread_only_when_the_executor_is_idle(zctx: zmq.Context) -> None:
@@ -625,38 +634,24 @@ def test_an_inline_method_runs_on_the_io_thread_only_when_the_executor_is_idle(z
         registry.add("bad", where, thread="io", inline=True)
     assert registry.describe()["methods"]["where"]["inline"] is True
     assert "inline" not in registry.describe()["methods"]["where_compute"]
-    directory = tempfile.mkdtemp(prefix="ptw-", dir="/tmp")
-    server = WorkerServer(
-        ServerConfig(endpoint=f"ipc://{directory}/w.sock", announce=False, watch_stdin=False, insecure=True),
-        registry,
-    )
-    result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(server.run()), name="io-loop", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while server.bound_endpoint is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert server.bound_endpoint is not None
-        c = Client(zctx, server.bound_endpoint)
-        assert ok(c.call("where")[0]) == {"thread": "io-loop"}  # idle: run by the I/O thread
-        assert ok(c.call("where_compute")[0]) == {"thread": "posttrain-compute"}
-        blocked = c.request("block")
-        assert started.wait(10)
-        queued = c.request("where")  # the compute thread is busy: queued behind ``block``
-        heartbeat = c.heartbeat()
-        beat, _ = c.recv()  # answered while ``block`` runs, so ``where`` did not jump the queue
-        assert beat["id"] == heartbeat and beat["busy"] is True and beat["queued"] == 1
-        release.set()
-        first, second = c.recv()[0], c.recv()[0]
-        assert [first["id"], second["id"]] == [blocked, queued]
-        assert ok(second) == {"thread": "posttrain-compute"}
-        c.close()
-    finally:
-        release.set()
-        server.request_shutdown()
-        thread.join(10)
-        shutil.rmtree(directory, ignore_errors=True)
+    with served_in_thread(registry) as (endpoint, _directory, result):
+        try:
+            c = Client(zctx, endpoint)
+            assert ok(c.call("where")[0]) == {"thread": "io-loop"}  # idle: run by the I/O thread
+            assert ok(c.call("where_compute")[0]) == {"thread": "posttrain-compute"}
+            blocked = c.request("block")
+            assert started.wait(10)
+            queued = c.request("where")  # the compute thread is busy: queued behind ``block``
+            heartbeat = c.heartbeat()
+            beat, _ = c.recv()  # answered while ``block`` runs, so ``where`` did not jump the queue
+            assert beat["id"] == heartbeat and beat["busy"] is True and beat["queued"] == 1
+            release.set()
+            first, second = c.recv()[0], c.recv()[0]
+            assert [first["id"], second["id"]] == [blocked, queued]
+            assert ok(second) == {"thread": "posttrain-compute"}
+            c.close()
+        finally:
+            release.set()
     assert result == [0]
 
 
