@@ -64,20 +64,28 @@ export async function timeInterleaved(
  * in a round going through every permutation of `fns` in turn; returns the durations of each in ms, in the order of
  * `fns`. Each call's time depends on which process ran just before it (caches, sleeping CPUs: on the shared 2-core
  * VM a fixed order moved a median by half), so every function takes every place and follows every other equally
- * often.
+ * often. With `block` > 1 each turn is `block` consecutive calls of one function (each timed; `reps` and `warmup`
+ * count calls, multiples of `block`): for a function whose calls slow whatever runs next (see bench/bridge.ts).
  *
  * ```ts
- * const [raw, rpc, pythonia] = await timeBalanced([rawEcho, () => worker.ping(), pyNoop], 3000, 300);
+ * const [raw, rpc] = await timeBalanced([rawEcho, () => worker.ping()], 3000, 300);
  * ```
  */
-export async function timeBalanced(fns: readonly (() => Promise<unknown>)[], reps: number, warmup = 0): Promise<number[][]> {
+export async function timeBalanced(
+  fns: readonly (() => Promise<unknown>)[],
+  reps: number,
+  warmup = 0,
+  block = 1,
+): Promise<number[][]> {
   const orders = permutations(fns.map((_, i) => i));
   const times = fns.map((): number[] => []);
-  for (let round = 0; round < warmup + reps; round++) {
-    for (const j of orders[round % orders.length]!) {
-      const t0 = performance.now();
-      await fns[j]!();
-      if (round >= warmup) times[j]!.push(performance.now() - t0);
+  for (let round = 0; round < warmup + reps; round += block) {
+    for (const j of orders[(round / block) % orders.length]!) {
+      for (let k = 0; k < block; k++) {
+        const t0 = performance.now();
+        await fns[j]!();
+        if (round + k >= warmup) times[j]!.push(performance.now() - t0);
+      }
     }
   }
   return times;
