@@ -1,11 +1,11 @@
 // Bridge benchmark (issues: foundation, 18). Prints one JSON object; see docs/protocol.md for what is measured.
 //   npm run bench:bridge [-- --transport ipc|tcp] [-- --quick]
-// No-op round trips: a raw pyzmq echo and the SDK's `worker.ping()`, one of each per round, in both orders in turn
-// (stats.ts, timeBalanced), so that both see the same machine state; then the two and a pythonia call in blocks of 50
-// calls, the blocks going through every order of the three (a pythonia call slows whatever call follows it).
-// Layers (ipc only): the same ping and echoes sent by a bare DEALER to an unauthenticated worker (bench/bare-worker.ts)
-// and the ping through the channel alone are timed in the same rounds, to split the SDK's overhead into the worker's
-// part and the Node client's part (`workerOverRawMs`, `clientOverBareMs`).
+// No-op round trips: a raw pyzmq echo and the SDK's `worker.ping()`, with (ipc only) its layers, one of each per
+// round, the rounds going through every order in turn (stats.ts, timeBalanced), so that all see the same machine
+// state; then the raw echo, ping and a pythonia call in blocks of 50 calls, the blocks in every order of the three
+// (a pythonia call slows whatever call follows it). The layers: the same ping and echoes sent by a bare DEALER to an
+// unauthenticated worker (bench/bare-worker.ts) and the ping through the channel alone, which split the SDK's
+// overhead into the worker's part and the Node client's part (`workerOverRawMs`, `clientOverBareMs`).
 // Throughput = bytes carried in both directions / round-trip time (an echo), in MB/s (1 MB = 2^20 bytes): the raw
 // echo, `worker.echo(td)` (an inline method: run by the worker's I/O thread when it is idle) and the same echo on the
 // compute thread (`compute_echo`, bench/compute_echo_extension.py: what a model method's TensorDict pays), one of
