@@ -77,6 +77,9 @@ export async function timeBalanced(
   warmup = 0,
   block = 1,
 ): Promise<number[][]> {
+  if (!(Number.isInteger(block) && block >= 1 && reps % block === 0 && warmup % block === 0)) {
+    throw new RangeError(`timeBalanced: block must be a positive integer dividing reps (${reps}) and warmup (${warmup}), got ${block}`);
+  }
   const orders = permutations(fns.map((_, i) => i));
   const times = fns.map((): number[] => []);
   for (let round = 0; round < warmup + reps; round += block) {
